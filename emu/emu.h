@@ -1,0 +1,144 @@
+/* The emulated driver's internals. One mutex guards all state; one condition
+ * variable is broadcast on every change (work queued, work finished), which
+ * is simple and plenty for test workloads. */
+#ifndef PINSTAGE_EMU_INTERNAL_H
+#define PINSTAGE_EMU_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "cuda_abi.h"
+#include "pinstage_emu.h"
+
+#define EMU_EXPORT __attribute__((visibility("default")))
+
+/* Entry-point ids, one per driver function the emulator provides. */
+enum {
+#define EMU_ID(name, version, params) EMU_ID_##name,
+    PS_DRIVER_ENTRY_POINTS(EMU_ID) PS_EXTRA_ENTRY_POINTS(EMU_ID)
+#undef EMU_ID
+        EMU_ID_cuGetProcAddress,
+    EMU_ENTRY_COUNT
+};
+
+typedef struct emu_stream emu_stream;
+
+typedef struct emu_dep {
+    emu_stream *stream;
+    uint64_t seq; /* satisfied once stream->completed >= seq */
+} emu_dep;
+
+typedef enum { EMU_OP_COPY, EMU_OP_MEMSET, EMU_OP_MARKER, EMU_OP_HOST_FN } emu_op_kind;
+
+typedef struct emu_op {
+    emu_op_kind kind;
+    uint64_t seq;
+    void *dst;
+    const void *src;
+    size_t bytes;
+    unsigned char value;
+    void *staging; /* a pageable source copied at call time; freed after the op */
+    CUhostFn fn;
+    void *user_data;
+    emu_dep deps[8];
+    size_t ndeps;
+    emu_dep *more_deps; /* when a legacy-stream op waits on many streams */
+    size_t nmore_deps;
+    struct emu_op *next;
+} emu_op;
+
+struct emu_stream {
+    unsigned flags;
+    int legacy;
+    int destroyed;
+    uint64_t enqueued, completed;
+    emu_op *head, *tail;
+    pthread_t worker;
+    emu_stream *next_all;
+};
+
+typedef struct emu_event {
+    unsigned flags;
+    int destroyed;
+    emu_stream *stream; /* NULL until recorded */
+    uint64_t seq;
+    struct emu_event *next_all;
+} emu_event;
+
+typedef struct emu_region {
+    uintptr_t start; /* device address, or host address for pinned ranges */
+    size_t bytes;
+    void *backing; /* device: host memory behind the range; pinned: block to free */
+    int registered; /* pinned ranges: 1 for cuMemHostRegister, 0 for allocations */
+} emu_region;
+
+typedef struct emu_regions {
+    emu_region *items;
+    size_t count, cap;
+} emu_regions;
+
+typedef struct emu_state {
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    int initialized;
+    int shutting_down;
+    /* configuration */
+    double latency_ns;
+    double bytes_per_ns;
+    int devices;
+    size_t device_limit, pinned_limit, pinned_align;
+    /* counting and faults */
+    unsigned long calls[EMU_ENTRY_COUNT];
+    unsigned long fail_at[EMU_ENTRY_COUNT]; /* 0: no fault */
+    int fail_result[EMU_ENTRY_COUNT];
+    int fail_every[EMU_ENTRY_COUNT];
+    /* memory */
+    emu_regions device, pinned;
+    uintptr_t next_device_address;
+    size_t device_bytes, pinned_bytes, registered_bytes, pinned_allocations;
+    /* contexts, streams, events */
+    int *primary_refs; /* per device */
+    struct CUctx_st *contexts;
+    emu_stream *streams; /* every stream ever created, the legacy one first */
+    emu_stream *legacy;
+    emu_event *events;
+} emu_state;
+
+extern emu_state emu;
+
+/* Entry: counts the call and applies an injected fault. Returns non-zero
+ * (the result to return) when the call must fail. Takes and drops emu.lock. */
+CUresult emu_enter(int id);
+/* For calls that need cuInit and a current context (lock held). */
+CUresult emu_need_context(void);
+
+/* Memory (lock held). */
+CUresult emu_device_range(CUdeviceptr ptr, size_t bytes, void **host);
+int emu_is_pinned(const void *p, size_t bytes);
+void emu_regions_free(emu_regions *r);
+
+/* Streams (lock held). */
+CUresult emu_resolve_stream(CUstream handle, emu_stream **stream);
+emu_op *emu_new_op(emu_op_kind kind);
+uint64_t emu_enqueue(emu_stream *stream, emu_op *op);
+void emu_wait(emu_stream *stream, uint64_t seq);
+void emu_streams_init(void);
+void emu_streams_shutdown(void);
+
+/* Configuration read from the environment at first use. */
+void emu_configure(void);
+
+/* Entry points, named emu_<driver name>. */
+#define EMU_DECLARE(name, version, params) CUresult emu_##name params;
+PS_DRIVER_ENTRY_POINTS(EMU_DECLARE)
+PS_EXTRA_ENTRY_POINTS(EMU_DECLARE)
+#undef EMU_DECLARE
+
+/* Shorthand at the top of every entry point. */
+#define EMU_ENTER(name)                          \
+    do {                                         \
+        CUresult enter_ = emu_enter(EMU_ID_##name); \
+        if (enter_ != CUDA_SUCCESS) return enter_; \
+    } while (0)
+
+#endif

@@ -1,0 +1,231 @@
+/* Device memory, pinned memory and registered ranges.
+ *
+ * Device memory lives in host memory, but its addresses are non-canonical
+ * x86-64 addresses (from 0xd000000000000000): code that dereferences a device
+ * pointer faults instead of passing. Addresses are never reused, so a freed
+ * pointer stays invalid. New device memory is filled with 0xa5, never zeroes,
+ * so a test cannot pass by reading memory nothing wrote. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "emu.h"
+
+#define DEVICE_BASE 0xd000000000000000ull
+#define DEVICE_GAP (64u * 1024)
+
+static size_t page_size(void) {
+    long p = sysconf(_SC_PAGESIZE);
+    return p > 0 ? (size_t)p : 4096;
+}
+
+static int regions_add(emu_regions *r, emu_region item) {
+    if (r->count == r->cap) {
+        size_t cap = r->cap ? r->cap * 2 : 16;
+        emu_region *items = realloc(r->items, cap * sizeof *items);
+        if (!items) return -1;
+        r->items = items;
+        r->cap = cap;
+    }
+    r->items[r->count++] = item;
+    return 0;
+}
+
+/* The region containing [p, p + bytes), or -1. */
+static long regions_find(const emu_regions *r, uintptr_t p, size_t bytes) {
+    for (size_t i = 0; i < r->count; i++) {
+        const emu_region *g = &r->items[i];
+        if (p >= g->start && p - g->start <= g->bytes && bytes <= g->bytes - (p - g->start))
+            return (long)i;
+    }
+    return -1;
+}
+
+static long regions_overlap(const emu_regions *r, uintptr_t p, size_t bytes) {
+    for (size_t i = 0; i < r->count; i++) {
+        const emu_region *g = &r->items[i];
+        if (p < g->start + g->bytes && g->start < p + bytes) return (long)i;
+    }
+    return -1;
+}
+
+static void regions_remove(emu_regions *r, long i) { r->items[i] = r->items[--r->count]; }
+
+void emu_regions_free(emu_regions *r) {
+    for (size_t i = 0; i < r->count; i++)
+        if (!r->items[i].registered) free(r->items[i].backing);
+    free(r->items);
+    memset(r, 0, sizeof *r);
+}
+
+CUresult emu_device_range(CUdeviceptr ptr, size_t bytes, void **host) {
+    long i = regions_find(&emu.device, (uintptr_t)ptr, bytes);
+    if (i < 0) return CUDA_ERROR_INVALID_VALUE;
+    const emu_region *g = &emu.device.items[i];
+    *host = (char *)g->backing + ((uintptr_t)ptr - g->start);
+    return CUDA_SUCCESS;
+}
+
+int emu_is_pinned(const void *p, size_t bytes) {
+    return regions_find(&emu.pinned, (uintptr_t)p, bytes) >= 0;
+}
+
+/* Real frees wait for the device; so do these, which also keeps queued
+ * operations from touching freed backing memory. */
+static void wait_all_streams(void) {
+    for (emu_stream *s = emu.streams; s; s = s->next_all) emu_wait(s, s->enqueued);
+}
+
+CUresult emu_cuMemAlloc(CUdeviceptr *dptr, size_t bytes) {
+    EMU_ENTER(cuMemAlloc);
+    pthread_mutex_lock(&emu.lock);
+    CUresult r = emu_need_context();
+    if (!r && (!dptr || bytes == 0)) r = CUDA_ERROR_INVALID_VALUE;
+    if (!r && (bytes > emu.device_limit - emu.device_bytes)) r = CUDA_ERROR_OUT_OF_MEMORY;
+    void *backing = NULL;
+    if (!r && !(backing = malloc(bytes))) r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (!r) {
+        memset(backing, 0xa5, bytes);
+        if (!emu.next_device_address) emu.next_device_address = DEVICE_BASE;
+        emu_region g = {emu.next_device_address, bytes, backing, 0};
+        if (regions_add(&emu.device, g)) {
+            free(backing);
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+            *dptr = g.start;
+            emu.next_device_address += (bytes + 255) / 256 * 256 + DEVICE_GAP;
+            emu.device_bytes += bytes;
+        }
+    }
+    pthread_mutex_unlock(&emu.lock);
+    return r;
+}
+
+CUresult emu_cuMemFree(CUdeviceptr dptr) {
+    EMU_ENTER(cuMemFree);
+    pthread_mutex_lock(&emu.lock);
+    CUresult r = emu_need_context();
+    long i = r ? -1 : regions_find(&emu.device, (uintptr_t)dptr, 0);
+    if (!r && (i < 0 || emu.device.items[i].start != (uintptr_t)dptr)) r = CUDA_ERROR_INVALID_VALUE;
+    if (!r) {
+        wait_all_streams();
+        i = regions_find(&emu.device, (uintptr_t)dptr, 0);
+        emu.device_bytes -= emu.device.items[i].bytes;
+        free(emu.device.items[i].backing);
+        regions_remove(&emu.device, i);
+    }
+    pthread_mutex_unlock(&emu.lock);
+    return r;
+}
+
+static CUresult pinned_alloc(void **pp, size_t bytes, unsigned flags) {
+    pthread_mutex_lock(&emu.lock);
+    CUresult r = emu_need_context();
+    if (!r && (!pp || bytes == 0 || flags > 7)) r = CUDA_ERROR_INVALID_VALUE;
+    if (!r && bytes > emu.pinned_limit - emu.pinned_bytes) r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (!r) {
+        /* Zeroed like fresh pages. With an alignment set, the pointer is
+         * aligned to exactly that much and no more, to expose code that
+         * assumes page alignment. */
+        size_t page = page_size(), align = emu.pinned_align;
+        size_t offset = align && align < page ? align : 0;
+        void *block = NULL;
+        if (bytes > SIZE_MAX - page || posix_memalign(&block, page, bytes + page)) {
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+            memset(block, 0, bytes + offset);
+            emu_region g = {(uintptr_t)block + offset, bytes, block, 0};
+            if (regions_add(&emu.pinned, g)) {
+                free(block);
+                r = CUDA_ERROR_OUT_OF_MEMORY;
+            } else {
+                *pp = (void *)g.start;
+                emu.pinned_bytes += bytes;
+                emu.pinned_allocations++;
+            }
+        }
+    }
+    pthread_mutex_unlock(&emu.lock);
+    return r;
+}
+
+CUresult emu_cuMemAllocHost(void **pp, size_t bytes) {
+    EMU_ENTER(cuMemAllocHost);
+    return pinned_alloc(pp, bytes, 0);
+}
+
+CUresult emu_cuMemHostAlloc(void **pp, size_t bytes, unsigned int flags) {
+    EMU_ENTER(cuMemHostAlloc);
+    return pinned_alloc(pp, bytes, flags);
+}
+
+CUresult emu_cuMemFreeHost(void *p) {
+    EMU_ENTER(cuMemFreeHost);
+    pthread_mutex_lock(&emu.lock);
+    CUresult r = emu_need_context();
+    long i = r ? -1 : regions_find(&emu.pinned, (uintptr_t)p, 0);
+    if (!r && (i < 0 || emu.pinned.items[i].registered || emu.pinned.items[i].start != (uintptr_t)p))
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (!r) {
+        wait_all_streams();
+        i = regions_find(&emu.pinned, (uintptr_t)p, 0);
+        emu.pinned_bytes -= emu.pinned.items[i].bytes;
+        emu.pinned_allocations--;
+        free(emu.pinned.items[i].backing);
+        regions_remove(&emu.pinned, i);
+    }
+    pthread_mutex_unlock(&emu.lock);
+    return r;
+}
+
+CUresult emu_cuMemHostRegister(void *p, size_t bytes, unsigned int flags) {
+    EMU_ENTER(cuMemHostRegister);
+    pthread_mutex_lock(&emu.lock);
+    CUresult r = emu_need_context();
+    if (!r && (!p || bytes == 0 || flags > 15)) r = CUDA_ERROR_INVALID_VALUE;
+    if (!r && regions_overlap(&emu.pinned, (uintptr_t)p, bytes) >= 0)
+        r = CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+    if (!r) {
+        emu_region g = {(uintptr_t)p, bytes, NULL, 1};
+        if (regions_add(&emu.pinned, g))
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        else
+            emu.registered_bytes += bytes;
+    }
+    pthread_mutex_unlock(&emu.lock);
+    return r;
+}
+
+CUresult emu_cuMemHostUnregister(void *p) {
+    EMU_ENTER(cuMemHostUnregister);
+    pthread_mutex_lock(&emu.lock);
+    CUresult r = emu_need_context();
+    long i = r ? -1 : regions_find(&emu.pinned, (uintptr_t)p, 0);
+    if (!r && (i < 0 || !emu.pinned.items[i].registered || emu.pinned.items[i].start != (uintptr_t)p))
+        r = CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    if (!r) {
+        wait_all_streams();
+        i = regions_find(&emu.pinned, (uintptr_t)p, 0);
+        emu.registered_bytes -= emu.pinned.items[i].bytes;
+        regions_remove(&emu.pinned, i);
+    }
+    pthread_mutex_unlock(&emu.lock);
+    return r;
+}
+
+CUresult emu_cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr) {
+    EMU_ENTER(cuPointerGetAttribute);
+    pthread_mutex_lock(&emu.lock);
+    CUresult r = emu_need_context();
+    if (!r && (!data || attribute != CU_POINTER_ATTRIBUTE_MEMORY_TYPE)) r = CUDA_ERROR_INVALID_VALUE;
+    if (!r) {
+        if (regions_find(&emu.device, (uintptr_t)ptr, 1) >= 0)
+            *(unsigned *)data = CU_MEMORYTYPE_DEVICE;
+        else if (regions_find(&emu.pinned, (uintptr_t)ptr, 1) >= 0)
+            *(unsigned *)data = CU_MEMORYTYPE_HOST;
+        else
+            r = CUDA_ERROR_INVALID_VALUE; /* pageable memory is unknown to the driver */
+    }
+    pthread_mutex_unlock(&emu.lock);
+    return r;
+}

@@ -1,0 +1,59 @@
+/* Control and inspection of pinstage's emulated CUDA driver (libpinstage_emu.so).
+ *
+ * The emulated driver implements the driver ABI pinstage uses, loaded like
+ * the real one (PINSTAGE_DRIVER=/path/libpinstage_emu.so). Tests reach these
+ * functions with dlsym on the same library handle; each also has an
+ * environment variable, read at cuInit:
+ *
+ *   PINSTAGE_EMU_LATENCY_US     fixed cost of every queued operation (default 20)
+ *   PINSTAGE_EMU_BANDWIDTH_GBPS copy and memset rate, 1e9 bytes/s (default 4)
+ *   PINSTAGE_EMU_DEVICES        number of devices (default 1)
+ *   PINSTAGE_EMU_DEVICE_BYTES   device memory per process (default 8 GiB)
+ *   PINSTAGE_EMU_PINNED_BYTES   pinnable host memory (default 4 GiB)
+ *   PINSTAGE_EMU_PINNED_ALIGN   alignment of pinned allocations (default: a page)
+ *   PINSTAGE_EMU_FAIL           faults: "entry:N:code[,entry:N+:code...]"; N+ fails
+ *                               the Nth call and every one after it
+ */
+#ifndef PINSTAGE_EMU_H
+#define PINSTAGE_EMU_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Present only in the emulated driver: its presence is how pinstage tells. */
+int pinstage_emu_version(void);
+
+/* Makes the Nth call (1 = the next one) of the entry point named by its base
+ * name ("cuMemAllocHost", "cuStreamSynchronize", ...) return `result` without
+ * doing anything; with `every_after` set, that call and all later ones fail.
+ * nth == 0 clears the entry's fault. Returns 0, or -1 for an unknown name. */
+int pinstage_emu_fail(const char *entry, unsigned long nth, int result, int every_after);
+void pinstage_emu_clear_faults(void);
+
+/* Calls made to an entry point since the last reset; NULL: to all of them. */
+unsigned long pinstage_emu_calls(const char *entry);
+void pinstage_emu_reset_calls(void);
+
+typedef struct pinstage_emu_live {
+    size_t pinned_allocations, pinned_bytes; /* cuMemAllocHost / cuMemHostAlloc */
+    size_t registered_ranges, registered_bytes;
+    size_t device_allocations, device_bytes;
+    size_t streams, events; /* created and not destroyed */
+} pinstage_emu_live;
+
+/* What is allocated now: a leak check compares two snapshots. */
+void pinstage_emu_get_live(pinstage_emu_live *live);
+
+/* Timing of queued operations: latency per operation plus bytes over bandwidth. */
+void pinstage_emu_set_timing(double latency_us, double bandwidth_gbps);
+/* Alignment of later pinned allocations; 0 restores page alignment. */
+void pinstage_emu_set_pinned_alignment(size_t alignment);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,482 @@
+/* pinstage: fast CUDA host<->device transfers through one reused,
+ * grow-on-demand page-locked host buffer.
+ *
+ * This header is the reference documentation.
+ *
+ * The model
+ * ---------
+ * A pinstage_buffer owns one page-locked ("pinned") host allocation. It is
+ * allocated on first use, grown only when a larger transfer arrives (rounded
+ * up to PINSTAGE_CAPACITY_GRANULARITY), and reused for every later transfer,
+ * so a pipeline moving the same few tensor shapes every frame pays the
+ * millisecond-scale pinned allocation once, not per call.
+ *
+ * Which call to use
+ * -----------------
+ *  - pinstage_buffer_upload_with / pinstage_buffer_download_into: the caller
+ *    writes its data straight into pinned memory (a fill callback) or reads
+ *    the results straight out of it (a returned view). No extra host copy
+ *    exists, so these win at every size. Use them when you control where
+ *    the data is produced or consumed.
+ *  - pinstage_buffer_upload / pinstage_buffer_download: take ordinary
+ *    (pageable) memory. They copy through the pinned buffer only while the
+ *    transfer is at most pinstage_buffer_auto_stage_max_bytes(); larger
+ *    transfers go to the driver's pageable path, which pipelines its own
+ *    staging copy against the DMA. Tune the threshold per machine with
+ *    pinstage-bench.
+ *  - pinstage_devbuf_copy_from_host / pinstage_devbuf_copy_to_host: the
+ *    driver's plain pageable path, the baseline the calls above replace.
+ *
+ * Stream semantics
+ * ----------------
+ * Every transfer call is synchronous for the calling thread: it returns only
+ * once the data has landed (on the device for uploads, in host memory for
+ * downloads). The next call reuses the same pinned bytes, so the DMA reading
+ * them must have finished.
+ * Every transfer of a pinstage_buffer is ordered against the given stream,
+ * on both sides of the threshold: an upload lands after the work already
+ * queued on the stream, a download sees the results of that work. This
+ * holds for CU_STREAM_NON_BLOCKING streams too. A NULL stream is the legacy
+ * default stream, as in the driver.
+ *
+ * Context
+ * -------
+ * Calls that touch the driver use the calling thread's current CUDA context,
+ * as driver calls do. Programs without one can call pinstage_context_init().
+ *
+ * Thread safety
+ * -------------
+ * One pinstage_buffer (and the view download_into returns) is used by one
+ * thread at a time; distinct buffers are independent and may be used from
+ * different threads concurrently. Device buffers follow the same rule.
+ * Loading the driver, status names and version queries are thread-safe; the
+ * last-error message is per thread.
+ *
+ * The driver
+ * ----------
+ * pinstage does not link libcuda. The first call that needs the driver loads
+ * it: the library named by pinstage_driver_load(), else by the environment
+ * variable PINSTAGE_DRIVER, else "libcuda.so.1". Pointing it at
+ * libpinstage_emu.so (the emulated driver) runs everything without a GPU.
+ *
+ * Status codes
+ * ------------
+ * Every fallible call returns a pinstage_status whose values are the CUDA
+ * driver's CUresult values (0 success, 1 invalid value, 2 out of memory,
+ * ...), so they plug into existing CUDA error handling. Driver failures are
+ * passed through unchanged. pinstage_status_name(), pinstage_status_string()
+ * and pinstage_last_error_message() describe them without asking the driver.
+ * A call that fails on bad input changes nothing and makes no driver call.
+ */
+#ifndef PINSTAGE_H
+#define PINSTAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Version ------------------------------------------------------------ */
+
+#define PINSTAGE_VERSION_MAJOR 0
+#define PINSTAGE_VERSION_MINOR 1
+#define PINSTAGE_VERSION_PATCH 0
+#define PINSTAGE_VERSION_NUMBER \
+    (PINSTAGE_VERSION_MAJOR * 10000 + PINSTAGE_VERSION_MINOR * 100 + PINSTAGE_VERSION_PATCH)
+#define PINSTAGE_VERSION_STRING "0.1.0"
+
+#if defined(PINSTAGE_STATIC_DEFINE)
+#define PINSTAGE_API
+#elif defined(PINSTAGE_BUILDING)
+#define PINSTAGE_API __attribute__((visibility("default")))
+#else
+#define PINSTAGE_API
+#endif
+
+/* The version of the library actually loaded (PINSTAGE_VERSION_NUMBER form
+ * and "MAJOR.MINOR.PATCH"), which may differ from the header's. */
+PINSTAGE_API unsigned pinstage_version_number(void);
+PINSTAGE_API const char *pinstage_version_string(void);
+
+/* ---- Driver types, ABI-compatible with cuda.h --------------------------- */
+
+/* Identical to cuda.h's definitions, so a stream or device pointer from
+ * TensorRT, ONNX Runtime, PyTorch or your own driver code passes straight in;
+ * including cuda.h before or after this header is fine. */
+typedef struct CUstream_st *CUstream;
+typedef unsigned long long CUdeviceptr;
+
+/* ---- Status ------------------------------------------------------------- */
+
+/* A CUresult value. The library returns these itself: */
+typedef int pinstage_status;
+#define PINSTAGE_SUCCESS 0              /* CUDA_SUCCESS */
+#define PINSTAGE_ERROR_INVALID_VALUE 1  /* CUDA_ERROR_INVALID_VALUE: bad argument */
+#define PINSTAGE_ERROR_OUT_OF_MEMORY 2  /* CUDA_ERROR_OUT_OF_MEMORY: host (malloc) or driver */
+#define PINSTAGE_ERROR_INVALID_CONTEXT 201 /* CUDA_ERROR_INVALID_CONTEXT: no current context */
+/* CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND: the driver library lacks an
+ * entry point pinstage needs (a driver older than CUDA 11.3). */
+#define PINSTAGE_ERROR_DRIVER_SYMBOL_NOT_FOUND 302
+/* CUDA_ERROR_SHARED_OBJECT_INIT_FAILED: no driver library could be loaded. */
+#define PINSTAGE_ERROR_DRIVER_NOT_LOADED 303
+/* CUDA_ERROR_NOT_PERMITTED: pinstage_driver_load() after another driver was loaded. */
+#define PINSTAGE_ERROR_NOT_PERMITTED 800
+/* ...and any CUresult a driver call returned, passed through unchanged. */
+
+/* "CUDA_ERROR_INVALID_VALUE" for 1, and so on for every CUresult of CUDA 13.0;
+ * "CUDA_ERROR_<code>" style text for codes it does not know. Never NULL. */
+PINSTAGE_API const char *pinstage_status_name(pinstage_status status);
+/* A one-line description of the code. Never NULL. */
+PINSTAGE_API const char *pinstage_status_string(pinstage_status status);
+/* What exactly went wrong in the calling thread's last failed pinstage call,
+ * e.g. "pinstage_buffer_upload: n=10 but dst holds 12 elements". Like errno,
+ * it is set by failures only: read it right after a call returned an error.
+ * "" if no call has failed on this thread. Never NULL. */
+PINSTAGE_API const char *pinstage_last_error_message(void);
+
+/* ---- Driver loading ----------------------------------------------------- */
+
+/* Loads the driver library at `path` (NULL: $PINSTAGE_DRIVER, else
+ * "libcuda.so.1"), resolves its entry points through cuGetProcAddress and
+ * calls cuInit(0). Calling it is optional: the first call that needs the
+ * driver does the same with path NULL.
+ * Returns PINSTAGE_SUCCESS (also when that same library is already loaded),
+ * PINSTAGE_ERROR_DRIVER_NOT_LOADED (the message says what was tried and how
+ * to fix it), PINSTAGE_ERROR_DRIVER_SYMBOL_NOT_FOUND, PINSTAGE_ERROR_NOT_PERMITTED
+ * (a different library is already loaded), or cuInit's failure. A failed load
+ * may be retried with another path. */
+PINSTAGE_API pinstage_status pinstage_driver_load(const char *path);
+
+typedef struct pinstage_driver_info {
+    const char *path;   /* the library loaded, as given to dlopen */
+    int driver_version; /* cuDriverGetVersion, e.g. 13000 */
+    int emulated;       /* 1 when the library is pinstage's emulated driver */
+} pinstage_driver_info;
+
+/* Loads the driver if needed and describes it. */
+PINSTAGE_API pinstage_status pinstage_driver_get_info(pinstage_driver_info *info);
+
+/* Resolves any driver entry point through the loaded driver's
+ * cuGetProcAddress, e.g. ("cuMemsetD8Async", 3020, &fn), so programs can make
+ * their own driver calls without linking libcuda. `cuda_version` selects the
+ * ABI as cuGetProcAddress does; legacy-default-stream variants are returned.
+ * Returns PINSTAGE_ERROR_INVALID_VALUE for NULL arguments,
+ * CUDA_ERROR_NOT_FOUND (500) when the driver has no such symbol at that
+ * version, or a loading failure. */
+PINSTAGE_API pinstage_status pinstage_driver_get_proc(const char *symbol, int cuda_version,
+                                                      void **fn);
+
+/* ---- Contexts, devices, streams ----------------------------------------- */
+
+/* Retains the primary context of `device` and makes it current on the
+ * calling thread. Pair with pinstage_context_release(device).
+ * Returns INVALID_VALUE for a negative device, the driver's
+ * CUDA_ERROR_INVALID_DEVICE (101) for one that does not exist, or a loading
+ * failure. */
+PINSTAGE_API pinstage_status pinstage_context_init(int device);
+/* Releases one retain of the primary context taken by pinstage_context_init.
+ * The last release destroys the context (and everything allocated in it);
+ * if it was current on this thread, no context is current afterwards. */
+PINSTAGE_API pinstage_status pinstage_context_release(int device);
+
+/* Number of CUDA devices the driver sees. */
+PINSTAGE_API pinstage_status pinstage_device_count(int *count);
+
+typedef struct pinstage_device_info {
+    char name[256];
+    char pci_bus_id[32];   /* "0000:1b:00.0" */
+    int compute_major, compute_minor;
+    int multiprocessors;
+    int copy_engines;      /* CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT */
+} pinstage_device_info;
+
+PINSTAGE_API pinstage_status pinstage_device_get_info(int device, pinstage_device_info *info);
+
+/* Flag for pinstage_stream_create; same value as the driver's. */
+#define PINSTAGE_STREAM_NON_BLOCKING 0x1
+
+/* Creates a stream in the current context (cuStreamCreate). */
+PINSTAGE_API pinstage_status pinstage_stream_create(CUstream *stream, unsigned flags);
+/* Destroys a stream; NULL is accepted and does nothing. */
+PINSTAGE_API pinstage_status pinstage_stream_destroy(CUstream stream);
+/* Waits for all work queued on the stream. */
+PINSTAGE_API pinstage_status pinstage_stream_synchronize(CUstream stream);
+
+/* ---- Device buffers ----------------------------------------------------- */
+
+/* A typed run of device memory: a device pointer, an element count, and the
+ * element size and alignment (the role the seed's StagingPod plays: elements
+ * are plain bytes, every bit pattern valid). Either owned (allocated here,
+ * freed by pinstage_devbuf_free) or wrapped (memory the caller owns, e.g.
+ * from TensorRT, ONNX Runtime or PyTorch; never freed here). */
+typedef struct pinstage_devbuf pinstage_devbuf;
+
+/* Allocates `len` elements of `elem_size` bytes aligned to `elem_align`
+ * (cuMemAlloc). INVALID_VALUE when len or elem_size is 0, elem_align is not
+ * a power of two no larger than 256 or does not divide elem_size, or the
+ * byte size overflows; else the driver's error. On failure *out is NULL. */
+PINSTAGE_API pinstage_status pinstage_devbuf_alloc(pinstage_devbuf **out, size_t len,
+                                                   size_t elem_size, size_t elem_align);
+/* Wraps `ptr` (len elements) without taking ownership. Same argument rules,
+ * plus INVALID_VALUE for a zero ptr or one misaligned for the element. Makes
+ * no driver call. */
+PINSTAGE_API pinstage_status pinstage_devbuf_wrap(pinstage_devbuf **out, CUdeviceptr ptr,
+                                                  size_t len, size_t elem_size, size_t elem_align);
+/* Frees the handle, and the device memory if owned (cuMemFree). NULL is
+ * accepted. The handle is gone even when cuMemFree fails; the failure is
+ * returned. */
+PINSTAGE_API pinstage_status pinstage_devbuf_free(pinstage_devbuf *buf);
+
+PINSTAGE_API CUdeviceptr pinstage_devbuf_ptr(const pinstage_devbuf *buf);
+PINSTAGE_API size_t pinstage_devbuf_len(const pinstage_devbuf *buf);       /* elements */
+PINSTAGE_API size_t pinstage_devbuf_elem_size(const pinstage_devbuf *buf); /* bytes */
+PINSTAGE_API size_t pinstage_devbuf_bytes(const pinstage_devbuf *buf);     /* len * elem_size */
+
+/* The driver's pageable path (cuMemcpyHtoD_v2 / cuMemcpyDtoH_v2), the
+ * baseline pinstage_buffer_upload / download replace. `n` must equal the
+ * buffer's length. Both run on the legacy default stream: they are ordered
+ * after work on blocking streams but not after work on CU_STREAM_NON_BLOCKING
+ * streams. copy_to_host returns once the data is in `dst`. copy_from_host
+ * returns once `src` may be reused; as the driver documents, the last DMA may
+ * still be in flight, but the legacy stream and every blocking stream see the
+ * data. INVALID_VALUE for NULL arguments or a length mismatch; else the
+ * driver's error. */
+PINSTAGE_API pinstage_status pinstage_devbuf_copy_from_host(pinstage_devbuf *dst, const void *src,
+                                                            size_t n);
+PINSTAGE_API pinstage_status pinstage_devbuf_copy_to_host(const pinstage_devbuf *src, void *dst,
+                                                          size_t n);
+
+/* ---- The staging buffer ------------------------------------------------- */
+
+/* Above this size upload / download go to the driver's pageable path unless
+ * the threshold is changed: 512 KiB, calibrated on an RTX A4000. Measure
+ * your machine with `pinstage-bench --sweep` and set the crossover. */
+#define PINSTAGE_DEFAULT_AUTO_STAGE_MAX_BYTES ((size_t)512 * 1024)
+/* Pinned capacity grows in multiples of this (64 KiB). */
+#define PINSTAGE_CAPACITY_GRANULARITY ((size_t)64 * 1024)
+
+typedef struct pinstage_buffer pinstage_buffer;
+
+/* Counters describing how a buffer has been used. Only successful transfers
+ * count; a failed call leaves them unchanged. */
+typedef struct pinstage_stats {
+    uint64_t pinned_allocations; /* pinned allocations made (cuMemAllocHost_v2 calls that succeeded) */
+    uint64_t staged_transfers;   /* transfers that went through the pinned buffer */
+    uint64_t direct_transfers;   /* upload/download handed to the driver's pageable path */
+    uint64_t bytes_uploaded;     /* host->device bytes, both paths */
+    uint64_t bytes_downloaded;   /* device->host bytes, both paths */
+    uint64_t pin_time_ns;        /* wall time spent in pinned allocation and release */
+    size_t peak_capacity;        /* largest capacity the buffer has had */
+} pinstage_stats;
+
+/* Creates an empty buffer: nothing is pinned until the first transfer or
+ * pinstage_buffer_reserve. Makes no driver call. Returns INVALID_VALUE for a
+ * NULL out, OUT_OF_MEMORY if the handle cannot be allocated. */
+PINSTAGE_API pinstage_status pinstage_buffer_create(pinstage_buffer **out);
+/* Creates a buffer with `bytes` (rounded up to the granularity) already
+ * pinned. Pre-sizing to the largest tensor a pipeline moves keeps the pinned
+ * allocation out of the steady-state loop. INVALID_VALUE if bytes is 0 or
+ * rounding overflows; else the driver's error. On failure *out is NULL and
+ * nothing is leaked. */
+PINSTAGE_API pinstage_status pinstage_buffer_create_with_capacity(pinstage_buffer **out,
+                                                                  size_t bytes);
+/* Releases the pinned memory and the handle. NULL is accepted. */
+PINSTAGE_API void pinstage_buffer_free(pinstage_buffer *buf);
+
+/* Pinned capacity in bytes (0 before first use and after shrink_to_fit). */
+PINSTAGE_API size_t pinstage_buffer_capacity(const pinstage_buffer *buf);
+/* Copies the counters into *stats. */
+PINSTAGE_API void pinstage_buffer_stats(const pinstage_buffer *buf, pinstage_stats *stats);
+
+/* The size in bytes above which upload / download bypass staging. */
+PINSTAGE_API size_t pinstage_buffer_auto_stage_max_bytes(const pinstage_buffer *buf);
+/* Overrides the threshold: 0 sends every upload/download to the pageable
+ * path, SIZE_MAX stages them all. upload_with / download_into always stage:
+ * for them the pinned buffer is the caller's working memory and there is no
+ * extra copy to regret. */
+PINSTAGE_API void pinstage_buffer_set_auto_stage_max_bytes(pinstage_buffer *buf, size_t bytes);
+
+/* Ensures at least `bytes` of pinned memory. Grow-only: a request at or below
+ * the capacity does nothing, so a pipeline cycling through shapes settles at
+ * its high-water mark. Growth rounds up to the granularity and discards the
+ * staged contents. INVALID_VALUE if bytes is 0 or rounding overflows (nothing
+ * changes); else the driver's error. If the driver cannot provide the larger
+ * allocation while the old one is held, the old one is released and the
+ * allocation tried once more; if that fails too the capacity is 0 and the
+ * buffer stays usable. */
+PINSTAGE_API pinstage_status pinstage_buffer_reserve(pinstage_buffer *buf, size_t bytes);
+/* Releases the pinned allocation; capacity becomes 0, the counters stay, the
+ * next transfer pins again. */
+PINSTAGE_API void pinstage_buffer_shrink_to_fit(pinstage_buffer *buf);
+
+/* Writes `n` elements into pinned memory. `dst` points at n elements of the
+ * device buffer's element type, aligned for it. */
+typedef void (*pinstage_fill_fn)(void *dst, size_t n, void *user_data);
+
+/* Uploads n elements to `dst`, letting `fill` write them straight into
+ * pinned memory: the bytes fill writes are the bytes the DMA engine reads.
+ * fill is expected to write all n elements; elements it leaves untouched
+ * are uploaded as they are (what the previous transfer through this buffer
+ * left there, or zeroes in a fresh allocation).
+ * The copy is enqueued on `stream` after the work already queued there; the
+ * call returns once it has landed.
+ * Errors (nothing is enqueued, fill is not called): INVALID_VALUE when buf,
+ * dst or fill is NULL, n is 0, n differs from dst's length, the byte size
+ * overflows, or the pinned memory is not aligned for the element. Otherwise
+ * a failure of the pinned allocation, cuMemcpyHtoDAsync_v2 or
+ * cuStreamSynchronize, after which the buffer stays usable. */
+PINSTAGE_API pinstage_status pinstage_buffer_upload_with(pinstage_buffer *buf, pinstage_devbuf *dst,
+                                                         size_t n, CUstream stream,
+                                                         pinstage_fill_fn fill, void *user_data);
+
+/* Downloads n elements of `src` into pinned memory and sets *view to them:
+ * no copy out. The copy is ordered after the work already queued on
+ * `stream`; the call returns once the data is there. The view is read-only
+ * and stays valid until the next call that uses this buffer (any transfer,
+ * reserve, shrink_to_fit or free).
+ * Errors as for upload_with (with view in place of fill); on failure *view is
+ * NULL. */
+PINSTAGE_API pinstage_status pinstage_buffer_download_into(pinstage_buffer *buf,
+                                                           const pinstage_devbuf *src, size_t n,
+                                                           CUstream stream, const void **view);
+
+/* Uploads n elements from ordinary memory `src` to `dst`. At or below the
+ * threshold: copy into pinned memory, async copy on `stream`, synchronize.
+ * Above it: synchronize `stream`, the driver's pageable copy, then wait for
+ * that copy to land. Either way the copy is ordered after work queued on
+ * `stream` and has landed when the call returns.
+ * INVALID_VALUE for NULL pointers, n == 0, n != dst's length, an overflowing
+ * size or pinned memory misaligned for the element; else the driver's error. */
+PINSTAGE_API pinstage_status pinstage_buffer_upload(pinstage_buffer *buf, pinstage_devbuf *dst,
+                                                    const void *src, size_t n, CUstream stream);
+
+/* Downloads n elements of `src` into ordinary memory `dst`; the mirror of
+ * upload, with the same threshold. Both paths see the results of work queued
+ * on `stream` without the caller synchronizing first. Errors as for upload. */
+PINSTAGE_API pinstage_status pinstage_buffer_download(pinstage_buffer *buf, void *dst, size_t n,
+                                                      const pinstage_devbuf *src, CUstream stream);
+
+/* ---- Typed convenience -------------------------------------------------- */
+
+/* 16-bit float storage: distinct types so the typed calls below can tell
+ * them from uint16_t. Bits only; no arithmetic. */
+typedef struct pinstage_f16 { uint16_t bits; } pinstage_f16;
+typedef struct pinstage_bf16 { uint16_t bits; } pinstage_bf16;
+
+/* For every element type T with suffix S (f32 float, f64 double, i8 u8 i16
+ * u16 i32 u32 i64 u64 the fixed-width integers, f16 pinstage_f16, bf16
+ * pinstage_bf16):
+ *   pinstage_devbuf_alloc_S(&d, len)
+ *   pinstage_devbuf_wrap_S(&d, ptr, len)
+ *   pinstage_buffer_upload_S(buf, d, const T *src, n, stream)
+ *   pinstage_buffer_download_S(buf, T *dst, n, d, stream)
+ *   pinstage_buffer_download_into_S(buf, d, n, stream, const T **view)
+ *   pinstage_buffer_upload_with_S(buf, d, n, stream, void (*fill)(T *, size_t, void *), user)
+ * The transfer calls return INVALID_VALUE when the device buffer's element
+ * size or alignment is not T's. In C, pinstage_upload(buf, d, src, n, stream)
+ * and pinstage_download(buf, dst, n, d, stream) pick the right one from the
+ * host pointer's type. */
+PINSTAGE_API pinstage_status pinstage_devbuf_check_elem(const pinstage_devbuf *buf,
+                                                        size_t elem_size, size_t elem_align,
+                                                        const char *caller);
+
+typedef struct pinstage_typed_fill {
+    void (*fn)(void); /* the typed callback, cast back by the typed trampoline */
+    void *user_data;
+} pinstage_typed_fill;
+
+#if defined(__cplusplus)
+#define PINSTAGE_ALIGNOF(T) alignof(T)
+#else
+#define PINSTAGE_ALIGNOF(T) _Alignof(T)
+#endif
+
+#define PINSTAGE_DEFINE_TYPED(S, T)                                                                \
+    static inline pinstage_status pinstage_devbuf_alloc_##S(pinstage_devbuf **out, size_t len) {   \
+        return pinstage_devbuf_alloc(out, len, sizeof(T), PINSTAGE_ALIGNOF(T));                    \
+    }                                                                                              \
+    static inline pinstage_status pinstage_devbuf_wrap_##S(pinstage_devbuf **out, CUdeviceptr ptr, \
+                                                           size_t len) {                           \
+        return pinstage_devbuf_wrap(out, ptr, len, sizeof(T), PINSTAGE_ALIGNOF(T));                \
+    }                                                                                              \
+    static inline pinstage_status pinstage_buffer_upload_##S(                                      \
+        pinstage_buffer *buf, pinstage_devbuf *dst, const T *src, size_t n, CUstream stream) {     \
+        pinstage_status s = pinstage_devbuf_check_elem(dst, sizeof(T), PINSTAGE_ALIGNOF(T),        \
+                                                       "pinstage_buffer_upload_" #S);              \
+        return s ? s : pinstage_buffer_upload(buf, dst, src, n, stream);                           \
+    }                                                                                              \
+    static inline pinstage_status pinstage_buffer_download_##S(                                    \
+        pinstage_buffer *buf, T *dst, size_t n, const pinstage_devbuf *src, CUstream stream) {     \
+        pinstage_status s = pinstage_devbuf_check_elem(src, sizeof(T), PINSTAGE_ALIGNOF(T),        \
+                                                       "pinstage_buffer_download_" #S);            \
+        return s ? s : pinstage_buffer_download(buf, dst, n, src, stream);                         \
+    }                                                                                              \
+    static inline pinstage_status pinstage_buffer_download_into_##S(                               \
+        pinstage_buffer *buf, const pinstage_devbuf *src, size_t n, CUstream stream,               \
+        const T **view) {                                                                          \
+        const void *v = 0;                                                                         \
+        pinstage_status s = pinstage_devbuf_check_elem(src, sizeof(T), PINSTAGE_ALIGNOF(T),        \
+                                                       "pinstage_buffer_download_into_" #S);       \
+        if (!s) s = pinstage_buffer_download_into(buf, src, n, stream, &v);                        \
+        if (view) *view = (const T *)v;                                                            \
+        return s;                                                                                  \
+    }                                                                                              \
+    static inline void pinstage_fill_trampoline_##S(void *dst, size_t n, void *typed) {            \
+        const pinstage_typed_fill *f = (const pinstage_typed_fill *)typed;                         \
+        ((void (*)(T *, size_t, void *))f->fn)((T *)dst, n, f->user_data);                         \
+    }                                                                                              \
+    static inline pinstage_status pinstage_buffer_upload_with_##S(                                 \
+        pinstage_buffer *buf, pinstage_devbuf *dst, size_t n, CUstream stream,                     \
+        void (*fill)(T *, size_t, void *), void *user_data) {                                      \
+        pinstage_typed_fill f;                                                                     \
+        pinstage_status s = pinstage_devbuf_check_elem(dst, sizeof(T), PINSTAGE_ALIGNOF(T),        \
+                                                       "pinstage_buffer_upload_with_" #S);         \
+        if (s) return s;                                                                           \
+        f.fn = (void (*)(void))fill;                                                               \
+        f.user_data = user_data;                                                                   \
+        return pinstage_buffer_upload_with(buf, dst, n, stream,                                    \
+                                           fill ? pinstage_fill_trampoline_##S : 0, &f);           \
+    }
+
+PINSTAGE_DEFINE_TYPED(f32, float)
+PINSTAGE_DEFINE_TYPED(f64, double)
+PINSTAGE_DEFINE_TYPED(i8, int8_t)
+PINSTAGE_DEFINE_TYPED(u8, uint8_t)
+PINSTAGE_DEFINE_TYPED(i16, int16_t)
+PINSTAGE_DEFINE_TYPED(u16, uint16_t)
+PINSTAGE_DEFINE_TYPED(i32, int32_t)
+PINSTAGE_DEFINE_TYPED(u32, uint32_t)
+PINSTAGE_DEFINE_TYPED(i64, int64_t)
+PINSTAGE_DEFINE_TYPED(u64, uint64_t)
+PINSTAGE_DEFINE_TYPED(f16, pinstage_f16)
+PINSTAGE_DEFINE_TYPED(bf16, pinstage_bf16)
+
+#if !defined(__cplusplus) && defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+#define PINSTAGE_GENERIC_(ptr, op)                                                      \
+    _Generic((ptr),                                                                     \
+        float *: op##_f32, const float *: op##_f32,                                     \
+        double *: op##_f64, const double *: op##_f64,                                   \
+        int8_t *: op##_i8, const int8_t *: op##_i8,                                     \
+        uint8_t *: op##_u8, const uint8_t *: op##_u8,                                   \
+        int16_t *: op##_i16, const int16_t *: op##_i16,                                 \
+        uint16_t *: op##_u16, const uint16_t *: op##_u16,                               \
+        int32_t *: op##_i32, const int32_t *: op##_i32,                                 \
+        uint32_t *: op##_u32, const uint32_t *: op##_u32,                               \
+        int64_t *: op##_i64, const int64_t *: op##_i64,                                 \
+        uint64_t *: op##_u64, const uint64_t *: op##_u64,                               \
+        pinstage_f16 *: op##_f16, const pinstage_f16 *: op##_f16,                       \
+        pinstage_bf16 *: op##_bf16, const pinstage_bf16 *: op##_bf16)
+/* Typed upload/download chosen by the host pointer's element type. */
+#define pinstage_upload(buf, dst, src, n, stream) \
+    PINSTAGE_GENERIC_((src), pinstage_buffer_upload)((buf), (dst), (src), (n), (stream))
+#define pinstage_download(buf, dst, n, src, stream) \
+    PINSTAGE_GENERIC_((dst), pinstage_buffer_download)((buf), (dst), (n), (src), (stream))
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PINSTAGE_H */
