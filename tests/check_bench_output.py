@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Runs pinstage-bench on the emulated driver and checks its CSV, JSON and
+text output against the schema documented in docs/benchmarks.md, and that it
+fails clearly without a driver.
+
+usage: check_bench_output.py PINSTAGE_BENCH LIBPINSTAGE_EMU
+"""
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+PATHS = ["pageable", "auto", "staged", "direct", "resident", "fresh-pin", "floor"]
+CSV_COLUMNS = ["direction", "bytes", "label", "path", "reps", "median_us", "min_us", "p10_us",
+               "p90_us", "gbps", "ratio_vs_pageable", "emulated"]
+CONTEXT_KEYS = {"tool": str, "library_version": str, "date": str, "device": str,
+                "compute_capability": str, "pci_bus_id": str, "pcie_link": str,
+                "copy_engines": int, "driver_version": int, "driver_path": str, "emulated": bool,
+                "host_cpu": str, "host_cores": int, "reps": int, "warmup": int, "budget_s": float,
+                "method": str, "command": str}
+SIZES = [4096, 150528]
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, file=sys.stderr)
+
+
+def run(bench, env, *args):
+    return subprocess.run([bench, *args], env=env, capture_output=True, text=True, timeout=240)
+
+
+def check_record(rec, where):
+    check(rec["direction"] in ("h2d", "d2h"), f"{where}: direction {rec['direction']}")
+    check(int(rec["bytes"]) in SIZES, f"{where}: bytes {rec['bytes']}")
+    check(rec["path"] in PATHS, f"{where}: path {rec['path']}")
+    check(int(rec["reps"]) >= 1, f"{where}: reps")
+    mn, p10, med, p90 = (float(rec[k]) for k in ("min_us", "p10_us", "median_us", "p90_us"))
+    check(0 < mn <= p10 <= med <= p90, f"{where}: min <= p10 <= median <= p90 ({mn}, {p10}, {med}, {p90})")
+    gbps = float(rec["gbps"])
+    check(abs(gbps - int(rec["bytes"]) / (med * 1e3)) <= 0.01 * gbps + 1e-3, f"{where}: gbps is bytes/median")
+    if rec["path"] == "pageable":
+        check(abs(float(rec["ratio_vs_pageable"]) - 1) < 1e-3, f"{where}: pageable ratio is 1")
+    check(float(rec["ratio_vs_pageable"]) > 0, f"{where}: ratio")
+    check(str(rec["emulated"]).lower() in ("1", "true"), f"{where}: marked emulated")
+
+
+def main():
+    bench, emu = sys.argv[1], sys.argv[2]
+    env = dict(os.environ)
+    env.pop("PINSTAGE_DRIVER", None)
+    common = ["--emulate", "--driver", emu, "--sizes", "4K,150528", "--reps", "5", "--warmup", "1", "--quiet"]
+    with tempfile.TemporaryDirectory() as tmp:
+        # CSV to a file with -o.
+        out_csv = os.path.join(tmp, "r.csv")
+        r = run(bench, env, *common, "--format", "csv", "-o", out_csv)
+        check(r.returncode == 0, f"csv run exit {r.returncode}: {r.stderr}")
+        rows = list(csv.DictReader(open(out_csv)))
+        check(list(rows[0].keys()) == CSV_COLUMNS if rows else False, "csv header")
+        check(len(rows) == len(SIZES) * 2 * len(PATHS), f"csv has {len(rows)} rows")
+        for i, row in enumerate(rows):
+            check_record(row, f"csv row {i}")
+        seen = {(r["direction"], int(r["bytes"]), r["path"]) for r in rows}
+        check(len(seen) == len(rows), "csv: one row per direction x size x path")
+
+        # JSON on stdout.
+        r = run(bench, env, *common, "--format", "json")
+        check(r.returncode == 0, f"json run exit {r.returncode}: {r.stderr}")
+        doc = json.loads(r.stdout)
+        check(doc.get("schema") == "pinstage-bench/1", "json schema name")
+        ctx = doc.get("context", {})
+        for key, typ in CONTEXT_KEYS.items():
+            check(key in ctx and isinstance(ctx[key], typ if typ is not float else (int, float)),
+                  f"json context.{key} of type {typ.__name__}")
+        check(ctx.get("emulated") is True, "json context says emulated")
+        results = doc.get("results", [])
+        check(len(results) == len(SIZES) * 2 * len(PATHS), f"json has {len(results)} results")
+        for i, rec in enumerate(results):
+            check_record(rec, f"json result {i}")
+
+        # Text: context lines, the emulated banner, the seed-shaped table.
+        r = run(bench, env, *common, "--direction", "h2d", "--paths", "pageable,staged,resident")
+        check(r.returncode == 0, f"text run exit {r.returncode}")
+        lines = r.stdout.splitlines()
+        check(lines and lines[0].startswith("# pinstage-bench"), "text starts with context lines")
+        check(any("EMULATED DRIVER" in l for l in lines), "text banner marks emulation")
+        data = [l for l in lines if l.startswith("h2d ")]
+        check(len(data) == len(SIZES) * 3 and all(l.endswith("[emulated]") for l in data),
+              "every text row marked emulated")
+        check(not any(l.startswith("d2h ") for l in lines), "--direction h2d measured only h2d")
+
+        # Errors: no driver, bad options.
+        r = run(bench, env, "--driver", "/nonexistent/libcuda.so.1", "--quiet")
+        check(r.returncode != 0 and "--emulate" in r.stderr, "no driver: non-zero exit that points to --emulate")
+        for bad in (["--paths", "nosuch"], ["--sizes", "12Q"], ["--format", "xml"], ["--sweep", "8M:4K"]):
+            r = run(bench, env, *common, *bad)
+            check(r.returncode != 0, f"{bad} is refused")
+    print(f"{len(failures)} failed" if failures else "bench output ok")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

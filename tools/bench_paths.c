@@ -1,0 +1,164 @@
+/* The paths pinstage-bench measures. The library's paths go through the
+ * public API; "floor" and "fresh-pin" call the driver directly, so the
+ * library's own overhead shows as the gap between "resident" and "floor". */
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+
+/* pageable: the driver's own staging (copy_from_host / copy_to_host). */
+static pinstage_status pageable_run(bench_cell *c, void *state) {
+    (void)state;
+    return c->direction == BENCH_H2D ? pinstage_devbuf_copy_from_host(c->device, c->host, c->bytes)
+                                     : pinstage_devbuf_copy_to_host(c->device, c->host, c->bytes);
+}
+
+/* upload / download with a chosen threshold. */
+static pinstage_status buffer_setup(void **state, size_t threshold) {
+    pinstage_buffer *buf;
+    pinstage_status s = pinstage_buffer_create(&buf);
+    if (s) return s;
+    pinstage_buffer_set_auto_stage_max_bytes(buf, threshold);
+    *state = buf;
+    return PINSTAGE_SUCCESS;
+}
+static pinstage_status auto_setup(bench_cell *c, void **state) {
+    (void)c;
+    return buffer_setup(state, PINSTAGE_DEFAULT_AUTO_STAGE_MAX_BYTES);
+}
+static pinstage_status staged_setup(bench_cell *c, void **state) {
+    (void)c;
+    return buffer_setup(state, SIZE_MAX);
+}
+static pinstage_status direct_setup(bench_cell *c, void **state) {
+    (void)c;
+    return buffer_setup(state, 0);
+}
+static pinstage_status slice_run(bench_cell *c, void *state) {
+    return c->direction == BENCH_H2D
+               ? pinstage_buffer_upload(state, c->device, c->host, c->bytes, c->stream)
+               : pinstage_buffer_download(state, c->host, c->bytes, c->device, c->stream);
+}
+static void buffer_teardown(bench_cell *c, void *state) {
+    (void)c;
+    pinstage_buffer_free(state);
+}
+
+/* resident: upload_with / download_into. The producer's work is not transfer
+ * cost, so the timed fill writes nothing: the data is already in pinned memory
+ * (the correctness check runs with a real fill). */
+typedef struct {
+    pinstage_buffer *buf;
+    const bench_cell *cell;
+    int fill_for_check;
+} resident_state;
+
+static void resident_fill(void *dst, size_t n, void *user) {
+    resident_state *r = user;
+    if (r->fill_for_check) memcpy(dst, r->cell->host, n);
+}
+static pinstage_status resident_setup(bench_cell *c, void **state) {
+    resident_state *r = calloc(1, sizeof *r);
+    if (!r) return PINSTAGE_ERROR_OUT_OF_MEMORY;
+    r->cell = c;
+    r->fill_for_check = 1;
+    pinstage_status s = pinstage_buffer_create(&r->buf);
+    if (s) {
+        free(r);
+        return s;
+    }
+    *state = r;
+    return PINSTAGE_SUCCESS;
+}
+static pinstage_status resident_run(bench_cell *c, void *state) {
+    resident_state *r = state;
+    if (c->direction == BENCH_H2D) {
+        pinstage_status s = pinstage_buffer_upload_with(r->buf, c->device, c->bytes, c->stream, resident_fill, r);
+        r->fill_for_check = 0;
+        return s;
+    }
+    const void *view;
+    pinstage_status s = pinstage_buffer_download_into(r->buf, c->device, c->bytes, c->stream, &view);
+    if (!s && r->fill_for_check) memcpy(c->host, view, c->bytes); /* only to check it */
+    r->fill_for_check = 0;
+    return s;
+}
+static void resident_teardown(bench_cell *c, void *state) {
+    (void)c;
+    resident_state *r = state;
+    pinstage_buffer_free(r->buf);
+    free(r);
+}
+
+/* floor: async copy from or into a reused pinned buffer plus stream sync,
+ * straight on the driver. */
+typedef struct {
+    void *pinned;
+    int first;
+} floor_state;
+
+static pinstage_status floor_setup(bench_cell *c, void **state) {
+    floor_state *f = calloc(1, sizeof *f);
+    if (!f) return PINSTAGE_ERROR_OUT_OF_MEMORY;
+    pinstage_status s = c->driver->alloc_host(&f->pinned, c->bytes);
+    if (s) {
+        free(f);
+        return s;
+    }
+    memcpy(f->pinned, c->host, c->bytes);
+    f->first = 1;
+    *state = f;
+    return PINSTAGE_SUCCESS;
+}
+static pinstage_status floor_run(bench_cell *c, void *state) {
+    floor_state *f = state;
+    pinstage_status s = c->direction == BENCH_H2D
+                            ? c->driver->htod_async(pinstage_devbuf_ptr(c->device), f->pinned, c->bytes, c->stream)
+                            : c->driver->dtoh_async(f->pinned, pinstage_devbuf_ptr(c->device), c->bytes, c->stream);
+    if (!s) s = c->driver->stream_sync(c->stream);
+    if (!s && f->first && c->direction == BENCH_D2H) memcpy(c->host, f->pinned, c->bytes); /* to check it */
+    f->first = 0;
+    return s;
+}
+static void floor_teardown(bench_cell *c, void *state) {
+    floor_state *f = state;
+    c->driver->free_host(f->pinned);
+    free(f);
+}
+
+/* fresh-pin: allocate pinned memory, copy through it, free it, every call. */
+static pinstage_status fresh_run(bench_cell *c, void *state) {
+    (void)state;
+    void *pinned;
+    pinstage_status s = c->driver->alloc_host(&pinned, c->bytes);
+    if (s) return s;
+    if (c->direction == BENCH_H2D) {
+        memcpy(pinned, c->host, c->bytes);
+        s = c->driver->htod_async(pinstage_devbuf_ptr(c->device), pinned, c->bytes, c->stream);
+        if (!s) s = c->driver->stream_sync(c->stream);
+    } else {
+        s = c->driver->dtoh_async(pinned, pinstage_devbuf_ptr(c->device), c->bytes, c->stream);
+        if (!s) s = c->driver->stream_sync(c->stream);
+        if (!s) memcpy(c->host, pinned, c->bytes);
+    }
+    pinstage_status f = c->driver->free_host(pinned);
+    return s ? s : f;
+}
+
+static pinstage_status no_setup(bench_cell *c, void **state) {
+    (void)c;
+    *state = NULL;
+    return PINSTAGE_SUCCESS;
+}
+static void no_teardown(bench_cell *c, void *state) { (void)c, (void)state; }
+
+const bench_path bench_paths[] = {
+    {"pageable", "copy_from_host / copy_to_host: the driver's pageable path", no_setup, pageable_run, no_teardown},
+    {"auto", "upload / download, default threshold", auto_setup, slice_run, buffer_teardown},
+    {"staged", "upload / download, threshold SIZE_MAX: always through pinned memory", staged_setup, slice_run, buffer_teardown},
+    {"direct", "upload / download, threshold 0: always the pageable path", direct_setup, slice_run, buffer_teardown},
+    {"resident", "upload_with / download_into", resident_setup, resident_run, resident_teardown},
+    {"fresh-pin", "cuMemAllocHost + copy + cuMemFreeHost every call (raw driver)", no_setup, fresh_run, no_teardown},
+    {"floor", "async copy from/into a reused pinned buffer + sync (raw driver)", floor_setup, floor_run, floor_teardown},
+};
+const size_t bench_path_count = sizeof bench_paths / sizeof bench_paths[0];
