@@ -25,6 +25,7 @@ static const char usage[] =
     "  --device N         CUDA device (default 0)\n"
     "  --format F         text, csv or json (default text)\n"
     "  -o FILE            write the report to FILE instead of standard output\n"
+    "  --json FILE        also write the JSON report to FILE (one run, two formats)\n"
     "  --emulate          use the emulated driver: figures are not GPU figures\n"
     "  --driver PATH      driver library to load (default: $PINSTAGE_DRIVER, else libcuda.so.1)\n"
     "  --quiet            no progress on standard error\n"
@@ -267,7 +268,7 @@ int main(int argc, char **argv) {
     bench_size sizes[64];
     size_t nsizes = 0;
     int directions = 3, device = 0, emulate = 0;
-    const char *paths_arg = NULL, *output = NULL, *driver = NULL;
+    const char *paths_arg = NULL, *output = NULL, *json_output = NULL, *driver = NULL;
     bench_format format = BENCH_TEXT;
     run_options o = {300, 30, 3.0, 0};
     bench_context ctx;
@@ -334,6 +335,9 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "-o")) {
             NEEDS_VALUE();
             output = v;
+        } else if (!strcmp(a, "--json")) {
+            NEEDS_VALUE();
+            json_output = v;
         } else if (!strcmp(a, "--emulate")) {
             emulate = 1;
         } else if (!strcmp(a, "--driver")) {
@@ -448,6 +452,15 @@ int main(int argc, char **argv) {
     }
     bench_report(out, format, &ctx, results, done);
     if (out != stdout && fclose(out)) rc = fail("writing the -o file failed");
+    if (json_output) {
+        FILE *j = fopen(json_output, "w");
+        if (!j) {
+            rc = fail("cannot open the --json file");
+        } else {
+            bench_report(j, BENCH_JSON, &ctx, results, done);
+            if (fclose(j)) rc = fail("writing the --json file failed");
+        }
+    }
     free(results);
     return rc;
 }

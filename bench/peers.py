@@ -1,0 +1,265 @@
+#!/usr/bin/env python3
+"""What users would pick instead of pinstage: PyTorch's and CuPy's transfer
+paths, measured with pinstage-bench's method (wall clock around each whole
+call, finished with a stream synchronize so every call ends with the data
+landed; median; paths of one size interleaved call by call) and written in
+pinstage-bench's JSON schema (docs/benchmarks.md).
+
+usage: peers.py [--sizes LIST | --sweep A:B] [--reps N] [--warmup N]
+                [--budget S] [--device N] [-o FILE]
+
+Paths (ratio_vs_pageable is against torch-pageable in the same run):
+  torch-pageable   d.copy_(cpu) / cpu.copy_(d) with ordinary tensors
+  torch-pin-call   a pinned tensor made per call (PyTorch caches pinned blocks)
+  torch-copy-in    a reused pinned tensor: copy in, non_blocking copy, sync (and the mirror)
+  torch-resident   non_blocking copy from / into a reused pinned tensor, sync
+  cupy-set-get     cupy ndarray.set(numpy) / ndarray.get(out=numpy)
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+
+SEED = [(112 * 112 * 3 * 4, "112x112x3 f32"), (128 * 128 * 3 * 4, "128x128x3 f32"),
+        (640 * 640 * 3 * 4, "640x640x3 f32")]
+
+
+def parse_size(text):
+    scale = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}
+    text = text.strip().rstrip("B").rstrip("i")
+    if text and text[-1].upper() in scale:
+        return int(float(text[:-1]) * scale[text[-1].upper()])
+    return int(text)
+
+
+def sizes_from(args):
+    if args.sizes:
+        return [(parse_size(s), "") for s in args.sizes.split(",")]
+    if args.sweep:
+        lo, hi = (parse_size(s) for s in args.sweep.split(":"))
+        out, b = [], lo
+        while b <= hi:
+            out.append((b, ""))
+            b *= 2
+        return out
+    return SEED
+
+
+def quantile(sorted_values, q):
+    """Linear interpolation between order statistics, as pinstage-bench does."""
+    pos = q * (len(sorted_values) - 1)
+    i = int(pos)
+    j = min(i + 1, len(sorted_values) - 1)
+    return sorted_values[i] + (sorted_values[j] - sorted_values[i]) * (pos - i)
+
+
+def cpu_model():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def make_paths(torch, cupy, numpy, nbytes, dev):
+    """Returns {name: (h2d_fn, d2h_fn, check_fn)} for one size."""
+    stream = torch.cuda.current_stream(dev)
+    n = nbytes  # uint8 elements
+    src = torch.randint(0, 256, (n,), dtype=torch.uint8)
+    host_out = torch.empty(n, dtype=torch.uint8)
+    d = torch.empty(n, dtype=torch.uint8, device=dev)
+    pinned = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+    pinned.copy_(src)
+    paths = {}
+
+    def pageable_h2d():
+        d.copy_(src)
+        stream.synchronize()
+
+    def pageable_d2h():
+        host_out.copy_(d)
+        stream.synchronize()
+
+    def pin_call_h2d():
+        p = src.pin_memory()
+        d.copy_(p, non_blocking=True)
+        stream.synchronize()
+
+    def pin_call_d2h():
+        p = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+        p.copy_(d, non_blocking=True)
+        stream.synchronize()
+        host_out.copy_(p)
+
+    def copy_in_h2d():
+        pinned.copy_(src)
+        d.copy_(pinned, non_blocking=True)
+        stream.synchronize()
+
+    def copy_out_d2h():
+        pinned.copy_(d, non_blocking=True)
+        stream.synchronize()
+        host_out.copy_(pinned)
+
+    def resident_h2d():
+        d.copy_(pinned, non_blocking=True)
+        stream.synchronize()
+
+    def resident_d2h():
+        pinned.copy_(d, non_blocking=True)
+        stream.synchronize()
+
+    paths["torch-pageable"] = (pageable_h2d, pageable_d2h)
+    paths["torch-pin-call"] = (pin_call_h2d, pin_call_d2h)
+    paths["torch-copy-in"] = (copy_in_h2d, copy_out_d2h)
+    paths["torch-resident"] = (resident_h2d, resident_d2h)
+    state = {"d": d, "src": src, "host_out": host_out, "pinned": pinned}
+    if cupy is not None:
+        a = src.numpy()
+        o = numpy.empty(n, dtype=numpy.uint8)
+        cd = cupy.empty(n, dtype=cupy.uint8)
+
+        def cupy_h2d():
+            cd.set(a)
+            cupy.cuda.get_current_stream().synchronize()
+
+        def cupy_d2h():
+            cd.get(out=o)
+            cupy.cuda.get_current_stream().synchronize()
+
+        paths["cupy-set-get"] = (cupy_h2d, cupy_d2h)
+        state.update(cd=cd, a=a, o=o)
+    return paths, state
+
+
+def moved_right(name, direction, state, torch, cupy):
+    """After one call of a path: are the bytes where they belong?"""
+    if direction == "h2d":
+        if name.startswith("cupy"):
+            return bool((cupy.asnumpy(state["cd"]) == state["a"]).all())
+        return torch.equal(state["d"].cpu(), state["src"])
+    if name.startswith("cupy"):
+        return bool((state["o"] == state["a"]).all())
+    if name == "torch-resident":
+        return torch.equal(state["pinned"], state["src"])
+    return torch.equal(state["host_out"], state["src"])
+
+
+def poison(direction, state, cupy):
+    """Before a check: the destination holds other bytes, the source the right ones."""
+    if direction == "h2d":
+        state["d"].fill_(7)
+        if cupy is not None:
+            state["cd"].fill(7)
+    else:
+        state["d"].copy_(state["src"])
+        state["host_out"].fill_(7)
+        state["pinned"].fill_(7)
+        if cupy is not None:
+            state["cd"].set(state["a"])
+            state["o"].fill(7)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes")
+    ap.add_argument("--sweep")
+    ap.add_argument("--reps", type=int, default=300)
+    ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--budget", type=float, default=3.0)
+    ap.add_argument("--device", type=int, default=0)
+    ap.add_argument("-o", dest="output")
+    args = ap.parse_args()
+
+    import numpy
+    import torch
+    try:
+        import cupy
+    except Exception:  # CuPy is optional
+        cupy = None
+    dev = torch.device("cuda", args.device)
+    torch.cuda.set_device(dev)
+    if cupy is not None:
+        cupy.cuda.Device(args.device).use()
+
+    results = []
+    sizes = sizes_from(args)
+    for k, (nbytes, label) in enumerate(sizes):
+        paths, state = make_paths(torch, cupy, numpy, nbytes, dev)
+        for direction, idx in (("h2d", 0), ("d2h", 1)):
+            print(f"[{k + 1}/{len(sizes)}] {direction} {nbytes} bytes", file=sys.stderr)
+            names = list(paths)
+            for name in names:
+                poison(direction, state, cupy)
+                torch.cuda.synchronize()
+                paths[name][idx]()
+                torch.cuda.synchronize()
+                if not moved_right(name, direction, state, torch, cupy):
+                    print(f"peers.py: {name} {direction} moved wrong bytes", file=sys.stderr)
+                    return 1
+            if direction == "h2d":
+                state["pinned"].copy_(state["src"])  # resident uploads read it
+            t0 = time.perf_counter()
+            for _ in range(args.warmup):
+                for name in names:
+                    paths[name][idx]()
+            per_round = (time.perf_counter() - t0) / max(args.warmup, 1)
+            reps = args.reps
+            if per_round > 0 and args.budget > 0:
+                reps = max(10, min(reps, int(args.budget / per_round)))
+            samples = {name: [] for name in names}
+            for _ in range(reps):
+                for name in names:
+                    t = time.perf_counter_ns()
+                    paths[name][idx]()
+                    samples[name].append((time.perf_counter_ns() - t) / 1e3)
+            med = {}
+            for name in names:
+                s = sorted(samples[name])
+                med[name] = (quantile(s, 0.5), s[0], quantile(s, 0.1), quantile(s, 0.9))
+            for name in names:
+                m = med[name]
+                results.append({"direction": direction, "bytes": nbytes, "label": label, "path": name,
+                                "reps": reps, "median_us": round(m[0], 3), "min_us": round(m[1], 3),
+                                "p10_us": round(m[2], 3), "p90_us": round(m[3], 3),
+                                "gbps": round(nbytes / (m[0] * 1e3), 3),
+                                "ratio_vs_pageable": round(med["torch-pageable"][0] / m[0], 4),
+                                "emulated": False})
+        del paths, state
+        torch.cuda.empty_cache()
+
+    props = torch.cuda.get_device_properties(dev)
+    driver = cupy.cuda.runtime.driverGetVersion() if cupy is not None else 0
+    doc = {
+        "schema": "pinstage-bench/1",
+        "context": {
+            "tool": "peers.py",
+            "library_version": f"torch {torch.__version__}" + (f", cupy {cupy.__version__}" if cupy else ""),
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "device": torch.cuda.get_device_name(dev),
+            "compute_capability": f"{props.major}.{props.minor}",
+            "pci_bus_id": "", "pcie_link": "unknown", "copy_engines": 0,
+            "driver_version": driver, "driver_path": "", "emulated": False,
+            "host_cpu": cpu_model(), "host_cores": os.cpu_count() or 0,
+            "reps": args.reps, "warmup": args.warmup, "budget_s": args.budget,
+            "method": "Python wall clock around each whole call ending in a stream sync; median; paths interleaved",
+            "command": " ".join(["peers.py"] + sys.argv[1:]),
+        },
+        "results": results,
+    }
+    text = json.dumps(doc, indent=1)
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(text + "\n")
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
