@@ -142,7 +142,7 @@ pinstage_status pinstage_buffer_upload_with(pinstage_buffer *buf, pinstage_devbu
                                             void *user_data) {
     static const char caller[] = "pinstage_buffer_upload_with";
     const ps_driver *d;
-    size_t bytes;
+    size_t bytes = 0;
     pinstage_status s = check_transfer(caller, buf, dst, "dst", fill != NULL, "fill", n, &bytes);
     if (s || (s = ps_driver_get(&d))) return s;
     if ((s = prepare_pinned(buf, d, bytes, dst->elem_align, caller))) return s;
@@ -157,7 +157,7 @@ pinstage_status pinstage_buffer_download_into(pinstage_buffer *buf, const pinsta
                                               size_t n, CUstream stream, const void **view) {
     static const char caller[] = "pinstage_buffer_download_into";
     const ps_driver *d;
-    size_t bytes;
+    size_t bytes = 0;
     if (view) *view = NULL;
     pinstage_status s = check_transfer(caller, buf, src, "src", view != NULL, "view", n, &bytes);
     if (s || (s = ps_driver_get(&d))) return s;
@@ -173,7 +173,7 @@ pinstage_status pinstage_buffer_upload(pinstage_buffer *buf, pinstage_devbuf *ds
                                        size_t n, CUstream stream) {
     static const char caller[] = "pinstage_buffer_upload";
     const ps_driver *d;
-    size_t bytes;
+    size_t bytes = 0;
     pinstage_status s = check_transfer(caller, buf, dst, "dst", src != NULL, "src", n, &bytes);
     if (s || (s = ps_driver_get(&d))) return s;
     if (ps_choose_path(bytes, buf->auto_stage_max_bytes) == PS_PATH_PAGEABLE) {
@@ -193,7 +193,7 @@ pinstage_status pinstage_buffer_download(pinstage_buffer *buf, void *dst, size_t
                                          const pinstage_devbuf *src, CUstream stream) {
     static const char caller[] = "pinstage_buffer_download";
     const ps_driver *d;
-    size_t bytes;
+    size_t bytes = 0;
     pinstage_status s = check_transfer(caller, buf, src, "src", dst != NULL, "dst", n, &bytes);
     if (s || (s = ps_driver_get(&d))) return s;
     if (ps_choose_path(bytes, buf->auto_stage_max_bytes) == PS_PATH_PAGEABLE) {
