@@ -44,10 +44,12 @@ def main():
     add("# Benchmarks\n")
     add("Every figure on this page was produced by one run of `scripts/gpu-check --full` on the lent GPU")
     add("machine; regenerate it with that command. Each cell is the median wall-clock time of one whole")
-    add("synchronous call (the data has landed when it returns); the paths of one size and direction are")
-    add("interleaved call by call, so they are compared side by side. Ratios are pageable median / path")
-    add("median: above 1 is faster than the driver's pageable path. These machines are shared and noisy:")
-    add("compare within a table, not across runs.\n")
+    add("synchronous call. Each path runs in blocks of consecutive calls, as a pipeline calls it, and the blocks of all")
+    add("paths of one size and direction alternate in three passes, so they are compared side by side.")
+    add("Ratios are pageable median / path median: above 1 is faster than the driver's pageable path.")
+    add("These machines are shared and noisy: compare within a table, not across runs.\n")
+    if ctx.get("emulated"):
+        add("**EMULATED DRIVER: the figures below are not GPU figures.**\n")
     add("## Machine\n")
     add(f"- device: {ctx['device']} (sm_{ctx['compute_capability'].replace('.', '')}), PCI {ctx['pci_bus_id']}, "
         f"PCIe link {ctx['pcie_link']}, {ctx['copy_engines']} copy engines")
@@ -80,7 +82,7 @@ def main():
     add("")
     add("## Sweep\n")
     add(f"Command: `{sweep['context']['command']}`\n")
-    paths = ["pageable", "auto", "staged", "direct", "resident", "floor", "fresh-pin"]
+    paths = ["pageable", "auto", "staged", "direct", "resident", "pageable-async", "floor", "fresh-pin"]
     for d in ("h2d", "d2h"):
         add(f"{d.upper()}, median µs (ratio to pageable):\n")
         add("| bytes | " + " | ".join(paths) + " | floor GB/s |")

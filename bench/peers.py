@@ -2,7 +2,8 @@
 """What users would pick instead of pinstage: PyTorch's and CuPy's transfer
 paths, measured with pinstage-bench's method (wall clock around each whole
 call, finished with a stream synchronize so every call ends with the data
-landed; median; paths of one size interleaved call by call) and written in
+landed; median; each path in blocks of consecutive calls, the blocks of all
+paths alternating in three passes) and written in
 pinstage-bench's JSON schema (docs/benchmarks.md).
 
 usage: peers.py [--sizes LIST | --sweep A:B] [--reps N] [--warmup N]
@@ -23,6 +24,8 @@ import platform
 import sys
 import time
 
+PASSES = 3
+BLOCK_WARMUP = 3
 SEED = [(112 * 112 * 3 * 4, "112x112x3 f32"), (128 * 128 * 3 * 4, "128x128x3 f32"),
         (640 * 640 * 3 * 4, "640x640x3 f32")]
 
@@ -204,20 +207,28 @@ def main():
                     return 1
             if direction == "h2d":
                 state["pinned"].copy_(state["src"])  # resident uploads read it
-            t0 = time.perf_counter()
-            for _ in range(args.warmup):
-                for name in names:
+            # pinstage-bench's method: warm-up per path, then each path in blocks of
+            # consecutive calls, the blocks alternating in PASSES passes, the first
+            # BLOCK_WARMUP calls of a block untimed.
+            per_round = 0.0
+            for name in names:
+                t0 = time.perf_counter()
+                for _ in range(args.warmup):
                     paths[name][idx]()
-            per_round = (time.perf_counter() - t0) / max(args.warmup, 1)
+                per_round += (time.perf_counter() - t0) / max(args.warmup, 1)
             reps = args.reps
             if per_round > 0 and args.budget > 0:
                 reps = max(10, min(reps, int(args.budget / per_round)))
             samples = {name: [] for name in names}
-            for _ in range(reps):
+            for p in range(PASSES):
                 for name in names:
-                    t = time.perf_counter_ns()
-                    paths[name][idx]()
-                    samples[name].append((time.perf_counter_ns() - t) / 1e3)
+                    fn = paths[name][idx]
+                    for k in range(BLOCK_WARMUP + reps // PASSES + (p < reps % PASSES)):
+                        t = time.perf_counter_ns()
+                        fn()
+                        elapsed = (time.perf_counter_ns() - t) / 1e3
+                        if k >= BLOCK_WARMUP:
+                            samples[name].append(elapsed)
             med = {}
             for name in names:
                 s = sorted(samples[name])
@@ -247,7 +258,7 @@ def main():
             "driver_version": driver, "driver_path": "", "emulated": False,
             "host_cpu": cpu_model(), "host_cores": os.cpu_count() or 0,
             "reps": args.reps, "warmup": args.warmup, "budget_s": args.budget,
-            "method": "Python wall clock around each whole call ending in a stream sync; median; paths interleaved",
+            "method": "Python wall clock around each whole call ending in a stream sync; median; paths in alternating blocks",
             "command": " ".join(["peers.py"] + sys.argv[1:]),
         },
         "results": results,

@@ -344,17 +344,19 @@ PINSTAGE_API pinstage_status pinstage_buffer_download_into(pinstage_buffer *buf,
 
 /* Uploads n elements from ordinary memory `src` to `dst`. At or below the
  * threshold: copy into pinned memory, async copy on `stream`, synchronize.
- * Above it: synchronize `stream`, the driver's pageable copy, then wait for
- * that copy to land. Either way the copy is ordered after work queued on
- * `stream` and has landed when the call returns.
+ * Above it: the driver's async copy from pageable memory on `stream` (the
+ * driver stages it), synchronize. Either way the copy is ordered after work
+ * queued on `stream` and has landed when the call returns.
  * INVALID_VALUE for NULL pointers, n == 0, n != dst's length, an overflowing
  * size or pinned memory misaligned for the element; else the driver's error. */
 PINSTAGE_API pinstage_status pinstage_buffer_upload(pinstage_buffer *buf, pinstage_devbuf *dst,
                                                     const void *src, size_t n, CUstream stream);
 
 /* Downloads n elements of `src` into ordinary memory `dst`; the mirror of
- * upload, with the same threshold. Both paths see the results of work queued
- * on `stream` without the caller synchronizing first. Errors as for upload. */
+ * upload, with the same threshold. Above it: synchronize `stream`, then the
+ * driver's synchronous pageable copy. Both paths see the results of work
+ * queued on `stream` without the caller synchronizing first. Errors as for
+ * upload. */
 PINSTAGE_API pinstage_status pinstage_buffer_download(pinstage_buffer *buf, void *dst, size_t n,
                                                       const pinstage_devbuf *src, CUstream stream);
 

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 
-PATHS = ["pageable", "auto", "staged", "direct", "resident", "fresh-pin", "floor"]
+PATHS = ["pageable", "auto", "staged", "direct", "resident", "pageable-async", "fresh-pin", "floor"]
 CSV_COLUMNS = ["direction", "bytes", "label", "path", "reps", "median_us", "min_us", "p10_us",
                "p90_us", "gbps", "ratio_vs_pageable", "emulated"]
 CONTEXT_KEYS = {"tool": str, "library_version": str, "date": str, "device": str,

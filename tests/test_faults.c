@@ -72,10 +72,10 @@ static const transfer_fault transfer_faults[] = {
     {"cuStreamSynchronize", 1, FAULT, 0, op_upload, NULL, verify_device_has_pattern, "cuStreamSynchronize"},
     {"cuMemcpyDtoHAsync", 1, FAULT, 0, op_download, put_pattern_on_device, verify_back_has_pattern, "cuMemcpyDtoHAsync_v2"},
     {"cuStreamSynchronize", 1, FAULT, 0, op_download, put_pattern_on_device, verify_back_has_pattern, "cuStreamSynchronize"},
-    /* The pageable path: sync the caller's stream, copy, then (uploads) the legacy stream. */
+    /* The pageable path: uploads copy async on the stream and sync it; downloads
+     * sync the stream, then copy. */
+    {"cuMemcpyHtoDAsync", 1, FAULT, 1, op_upload, NULL, verify_device_has_pattern, "cuMemcpyHtoDAsync_v2"},
     {"cuStreamSynchronize", 1, FAULT, 1, op_upload, NULL, verify_device_has_pattern, "cuStreamSynchronize"},
-    {"cuMemcpyHtoD", 1, FAULT, 1, op_upload, NULL, verify_device_has_pattern, "cuMemcpyHtoD_v2"},
-    {"cuStreamSynchronize", 2, FAULT, 1, op_upload, NULL, verify_device_has_pattern, "cuStreamSynchronize"},
     {"cuStreamSynchronize", 1, FAULT, 1, op_download, put_pattern_on_device, verify_back_has_pattern, "cuStreamSynchronize"},
     {"cuMemcpyDtoH", 1, FAULT, 1, op_download, put_pattern_on_device, verify_back_has_pattern, "cuMemcpyDtoH_v2"},
 };

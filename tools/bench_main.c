@@ -17,7 +17,7 @@ static const char usage[] =
     "  --sweep A:B        powers of two from A to B, e.g. 4K:256M\n"
     "  --direction D      h2d, d2h or both (default both)\n"
     "  --paths LIST       comma-separated subset of: pageable,auto,staged,direct,resident,\n"
-    "                     fresh-pin,floor (default all)\n"
+    "                     pageable-async,fresh-pin,floor (default all)\n"
     "  --reps N           timed calls per path and size (default 300)\n"
     "  --warmup N         untimed calls first (default 30)\n"
     "  --budget S         cap on seconds of timed calls per size and direction; fewer reps\n"
@@ -30,9 +30,10 @@ static const char usage[] =
     "  --driver PATH      driver library to load (default: $PINSTAGE_DRIVER, else libcuda.so.1)\n"
     "  --quiet            no progress on standard error\n"
     "\n"
-    "Each cell is the wall-clock time of one whole synchronous call; the paths of one size\n"
-    "and direction are interleaved call by call, so drift affects them alike. Ratios are\n"
-    "pageable median / path median: above 1 is faster than the driver's pageable path.\n";
+    "Each figure is the wall-clock time of one whole synchronous call. Each path runs in\n"
+    "blocks of consecutive calls, the blocks of all paths alternating in 3 passes so drift\n"
+    "affects them alike. Ratios are pageable median / path median: above 1 is faster than\n"
+    "the driver's pageable path.\n";
 
 typedef struct {
     size_t bytes;
@@ -196,13 +197,18 @@ static int check_path(bench_cell *c, const bench_path *p, void **state, int *rea
     return 0;
 }
 
+/* Timed calls are split into this many blocks per path, alternating. */
+#define PASSES 3
+/* Untimed calls at the start of each block. */
+#define BLOCK_WARMUP 3
+
 typedef struct {
     size_t reps, warmup;
     double budget_s;
     int quiet;
 } run_options;
 
-/* Measures the chosen paths for one size and direction, interleaved. */
+/* Measures the chosen paths for one size and direction. */
 static int measure_cell(bench_cell *c, const bench_path **paths, size_t npaths, const run_options *o,
                         const char *label, bench_result *out) {
     void *state[16] = {0};
@@ -214,14 +220,15 @@ static int measure_cell(bench_cell *c, const bench_path **paths, size_t npaths, 
     for (size_t p = 0; p < npaths && !rc; p++) rc = check_path(c, paths[p], &state[p], &ready[p], scratch);
     free(scratch);
 
+    /* Warm-up, path by path; it also tells how long a round of all paths takes. */
     double round_us = 0;
-    for (size_t w = 0; w < o->warmup && !rc; w++) {
+    for (size_t p = 0; p < npaths && !rc; p++) {
         double start = now_us();
-        for (size_t p = 0; p < npaths && !rc; p++) {
+        for (size_t w = 0; w < o->warmup && !rc; w++) {
             pinstage_status s = paths[p]->run(c, state[p]);
             if (s) rc = driver_fail(paths[p]->name, s);
         }
-        round_us = now_us() - start;
+        if (o->warmup) round_us += (now_us() - start) / (double)o->warmup;
     }
     size_t reps = o->reps;
     if (round_us > 0 && o->budget_s > 0) {
@@ -230,12 +237,22 @@ static int measure_cell(bench_cell *c, const bench_path **paths, size_t npaths, 
     }
     for (size_t p = 0; p < npaths && !rc; p++)
         if (!(samples[p] = malloc(reps * sizeof(double)))) rc = fail("out of host memory");
-    for (size_t r = 0; r < reps && !rc; r++)
+    /* Each path runs in blocks of consecutive calls, as a pipeline calls it, so
+     * a call that returns before its copy lands (the driver's pageable upload)
+     * pays for it in the next call of its own path, not in another path's.
+     * The blocks alternate over PASSES passes so drift affects all paths; the
+     * first calls of a block, which follow another path, are not timed. */
+    size_t taken[16] = {0};
+    for (size_t pass = 0; pass < PASSES && !rc; pass++)
         for (size_t p = 0; p < npaths && !rc; p++) {
-            double start = now_us();
-            pinstage_status s = paths[p]->run(c, state[p]);
-            samples[p][r] = now_us() - start;
-            if (s) rc = driver_fail(paths[p]->name, s);
+            size_t block = reps / PASSES + (pass < reps % PASSES);
+            for (size_t k = 0; k < BLOCK_WARMUP + block && !rc; k++) {
+                double start = now_us();
+                pinstage_status s = paths[p]->run(c, state[p]);
+                double elapsed = now_us() - start;
+                if (s) rc = driver_fail(paths[p]->name, s);
+                if (k >= BLOCK_WARMUP) samples[p][taken[p]++] = elapsed;
+            }
         }
     for (size_t p = 0; p < npaths; p++) {
         if (!rc) {

@@ -126,6 +126,16 @@ static void floor_teardown(bench_cell *c, void *state) {
     free(f);
 }
 
+/* pageable-async: the driver's async copy from or into pageable memory plus
+ * stream sync, the other way to order a pageable copy on a stream. */
+static pinstage_status pageable_async_run(bench_cell *c, void *state) {
+    (void)state;
+    pinstage_status s = c->direction == BENCH_H2D
+                            ? c->driver->htod_async(pinstage_devbuf_ptr(c->device), c->host, c->bytes, c->stream)
+                            : c->driver->dtoh_async(c->host, pinstage_devbuf_ptr(c->device), c->bytes, c->stream);
+    return s ? s : c->driver->stream_sync(c->stream);
+}
+
 /* fresh-pin: allocate pinned memory, copy through it, free it, every call. */
 static pinstage_status fresh_run(bench_cell *c, void *state) {
     (void)state;
@@ -158,6 +168,7 @@ const bench_path bench_paths[] = {
     {"staged", "upload / download, threshold SIZE_MAX: always through pinned memory", staged_setup, slice_run, buffer_teardown},
     {"direct", "upload / download, threshold 0: always the pageable path", direct_setup, slice_run, buffer_teardown},
     {"resident", "upload_with / download_into", resident_setup, resident_run, resident_teardown},
+    {"pageable-async", "async copy from/into pageable memory + sync (raw driver)", no_setup, pageable_async_run, no_teardown},
     {"fresh-pin", "cuMemAllocHost + copy + cuMemFreeHost every call (raw driver)", no_setup, fresh_run, no_teardown},
     {"floor", "async copy from/into a reused pinned buffer + sync (raw driver)", floor_setup, floor_run, floor_teardown},
 };

@@ -40,7 +40,8 @@ static void text_context(FILE *out, const bench_context *c) {
     fprintf(out, "# date: %s\n", c->date);
     fprintf(out, "# command: %s\n", c->command);
     fprintf(out, "# method: median of up to %zu calls (fewer past a %.1f s budget per size) after %zu warm-up calls;\n"
-                 "#   wall clock around each whole synchronous call; the paths of a size are interleaved call by call\n",
+                 "#   wall clock around each whole synchronous call; each path in blocks of consecutive calls,\n"
+                 "#   the blocks of all paths alternating in 3 passes\n",
             c->reps, c->time_budget_s, c->warmup);
     fprintf(out, "# ratio: pageable median / path median (above 1 = faster than the driver's pageable path)\n");
     fprintf(out, "# GB/s: 1e9 bytes per second at the median\n");
@@ -51,7 +52,7 @@ static void text_report(FILE *out, const bench_context *c, const bench_result *r
     text_context(out, c);
     fprintf(out, "# paths:\n");
     for (size_t i = 0; i < bench_path_count; i++)
-        fprintf(out, "#   %-9s %s\n", bench_paths[i].name, bench_paths[i].what);
+        fprintf(out, "#   %-14s %s\n", bench_paths[i].name, bench_paths[i].what);
 
     /* The seed's table, where its paths were measured. */
     int seed_table = 0;
@@ -78,10 +79,10 @@ static void text_report(FILE *out, const bench_context *c, const bench_result *r
         }
     }
 
-    fprintf(out, "\n%-4s %11s %-14s %-10s %5s %11s %10s %10s %10s %8s %7s\n", "dir", "bytes", "shape", "path",
+    fprintf(out, "\n%-4s %11s %-14s %-14s %5s %11s %10s %10s %10s %8s %7s\n", "dir", "bytes", "shape", "path",
             "reps", "median_us", "min_us", "p10_us", "p90_us", "GB/s", "ratio");
     for (size_t i = 0; i < n; i++)
-        fprintf(out, "%-4s %11zu %-14s %-10s %5zu %11.2f %10.2f %10.2f %10.2f %8.2f %6.2fx%s\n",
+        fprintf(out, "%-4s %11zu %-14s %-14s %5zu %11.2f %10.2f %10.2f %10.2f %8.2f %6.2fx%s\n",
                 bench_direction_name(r[i].direction), r[i].bytes, r[i].label[0] ? r[i].label : "-",
                 r[i].path->name, r[i].reps, r[i].median_us, r[i].min_us, r[i].p10_us, r[i].p90_us, r[i].gbps,
                 r[i].ratio, mark);
@@ -114,7 +115,7 @@ static void json_report(FILE *out, const bench_context *c, const bench_result *r
     json_string(out, c->host_cpu);
     fprintf(out, ",\n    \"host_cores\": %d,\n    \"reps\": %zu,\n    \"warmup\": %zu,\n    \"budget_s\": %.3f,\n",
             c->host_cores, c->reps, c->warmup, c->time_budget_s);
-    fprintf(out, "    \"method\": \"wall clock around each whole synchronous call; median; paths interleaved\",\n");
+    fprintf(out, "    \"method\": \"wall clock around each whole synchronous call; median; paths in alternating blocks\",\n");
     fprintf(out, "    \"command\": ");
     json_string(out, c->command);
     fprintf(out, "\n  },\n  \"results\": [\n");
