@@ -7,7 +7,13 @@ The figures and commands all come from the JSON files' context objects;
 nothing here is typed in by hand.
 """
 import json
+import re
 import sys
+
+
+def command(ctx):
+    """The recorded command, with output paths shortened to their file names."""
+    return re.sub(r"(?<=\s)/\S*/([^/\s]+)", r"\1", ctx["command"])
 
 
 def load(path):
@@ -59,7 +65,7 @@ def main():
     add(f"- pinstage {ctx['library_version']}; peers: {peers['context']['library_version']}")
     add(f"- date: {ctx['date']}\n")
     add("## The seed's table on this machine\n")
-    add(f"Command: `{ctx['command']}`\n")
+    add(f"Command: `{command(ctx)}`\n")
     add("| transfer | bytes | pageable | auto (upload/download) | staged (copy-in) | resident (upload_with / download_into) | floor (raw driver) | fresh pin per call |")
     add("|---|---:|---:|---:|---:|---:|---:|---:|")
     sizes = sorted({r["bytes"] for r in seed["results"]})
@@ -80,8 +86,21 @@ def main():
                 add(f"| {d.upper()} {human(b)} | {r['median_us']:.1f} µs | {f['median_us']:.1f} µs | "
                     f"{r['median_us'] / f['median_us']:.3f} |")
     add("")
+    add("## What these runs show\n")
+    dev = [abs(r["median_us"] / table[(d, b, "floor")]["median_us"] - 1)
+           for table in (s, w) for (d, b, k), r in table.items()
+           if k == "resident" and (d, b, "floor") in table]
+    if dev:
+        add(f"- `upload_with` / `download_into` (resident) stayed within {100 * max(dev):.1f}% of the raw driver")
+        add(f"  floor in every cell measured ({len(dev)} size x direction cells, both tables).")
+    for d in ("h2d", "d2h"):
+        wins = sorted(b for (dd, b, k), r in w.items() if dd == d and k == "staged"
+                      and (d, b, "direct") in w and r["median_us"] < w[(d, b, "direct")]["median_us"])
+        add(f"- {d.upper()}: staging a pageable slice through pinned memory (one-thread memcpy) was faster than")
+        add(f"  the driver's pageable path (`direct`) in the sweep at: {', '.join(human(b) for b in wins) or 'no size'}.")
+    add("")
     add("## Sweep\n")
-    add(f"Command: `{sweep['context']['command']}`\n")
+    add(f"Command: `{command(sweep['context'])}`\n")
     paths = ["pageable", "auto", "staged", "direct", "resident", "pageable-async", "floor", "fresh-pin"]
     for d in ("h2d", "d2h"):
         add(f"{d.upper()}, median µs (ratio to pageable):\n")
@@ -100,7 +119,7 @@ def main():
         add(f"![{d} speed-up](benchmarks/speedup_{d}.png)\n")
     add("## Against PyTorch and CuPy\n")
     add("The peers ran right after pinstage-bench, in their own process, with the same method in Python")
-    add(f"(`{peers['context']['command']}` and `{peers_sweep['context']['command']}`). Python adds its own")
+    add(f"(`{command(peers['context'])}` and `{command(peers_sweep['context'])}`). Python adds its own")
     add("call overhead to every peer figure, as it does for their users.\n")
     peer_paths = sorted({r["path"] for r in peers["results"]})
     for d in ("h2d", "d2h"):
