@@ -2,6 +2,7 @@
  *   argument checks -> path choice -> pinned memory -> driver calls -> stats
  * with the driver sequences in copy.c and the allocation policy in pinned.c. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,9 +40,11 @@ pinstage_status pinstage_buffer_create_with_capacity(pinstage_buffer **out, size
     if (s) return s;
     s = pinstage_buffer_reserve(buf, bytes);
     if (s) {
-        free(buf);
         /* pinstage_buffer_reserve named itself; the user called us. */
-        return ps_fail(s, "%s: %s", caller, pinstage_last_error_message());
+        char why[512];
+        snprintf(why, sizeof why, "%s", pinstage_last_error_message());
+        free(buf);
+        return ps_fail(s, "%s: %s", caller, why);
     }
     *out = buf;
     return PINSTAGE_SUCCESS;

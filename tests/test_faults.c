@@ -156,6 +156,24 @@ static void reserve_keeps_old_memory_on_failure(void) {
     pinstage_buffer_free(b);
 }
 
+/* Releasing pinned memory cannot fail the caller (the calls return void); a
+ * refused cuMemFreeHost still leaves an empty, usable buffer. */
+static void a_refused_release_leaves_a_usable_buffer(void) {
+    pinstage_buffer *b;
+    REQUIRE_OK(pinstage_buffer_create_with_capacity(&b, 1000));
+    emu->fail("cuMemFreeHost", 1, FAULT, 0);
+    pinstage_buffer_shrink_to_fit(b);
+    CHECK_EQ(emu->calls("cuMemFreeHost") > 0, 1);
+    CHECK_EQ(pinstage_buffer_capacity(b), 0);
+    seed++;
+    pinstage_buffer *saved = buf;
+    buf = b;
+    CHECK_OK(op_upload());
+    verify_device_has_pattern();
+    buf = saved;
+    pinstage_buffer_free(b);
+}
+
 static void creation_failures_leak_nothing(void) {
     pinstage_emu_live before = live_now();
     pinstage_buffer *b = (pinstage_buffer *)0x1;
@@ -242,13 +260,15 @@ int main(void) {
     RUN(transfers_survive_each_driver_failure);
     RUN(a_persistent_failure_then_recovery);
     RUN(reserve_keeps_old_memory_on_failure);
+    RUN(a_refused_release_leaves_a_usable_buffer);
     RUN(creation_failures_leak_nothing);
     RUN(baseline_copies_report_failures);
     RUN(helpers_report_failures);
     check_current_test = "no_leaks";
     pinstage_buffer_shrink_to_fit(buf);
     pinstage_emu_live now = live_now();
-    CHECK_EQ(now.pinned_allocations, 0);
+    /* One pinned allocation stays: the cuMemFreeHost the driver refused. */
+    CHECK_EQ(now.pinned_allocations, 1);
     /* One device allocation stays: the cuMemFree the driver refused above. */
     CHECK_EQ(now.device_allocations, before.device_allocations + 1);
     CHECK_EQ(now.streams, before.streams);
