@@ -16,6 +16,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+# More paths than the default ten colours: a twenty-colour cycle keeps them apart.
+plt.rcParams["axes.prop_cycle"] = plt.cycler(color=plt.get_cmap("tab20").colors)
+
 
 def load(files):
     records, contexts = [], []
