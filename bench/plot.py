@@ -44,6 +44,19 @@ def series(records, direction, key):
     return {k: sorted(v) for k, v in out.items()}
 
 
+def finish(fig, ax, ylabel, title, path):
+    """Axes, labels and legend every plot shares, then write it."""
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("transfer size (bytes)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main():
     if len(sys.argv) < 3:
         raise SystemExit(__doc__)
@@ -61,16 +74,9 @@ def main():
         for path, pts in sorted(data.items()):
             style = "--" if path.startswith(("torch", "cupy")) else "-"
             ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", markersize=3, label=path)
-        ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xlabel("transfer size (bytes)")
-        ax.set_ylabel("median time per synchronous call (µs)")
-        ax.set_title(f"{direction.upper()} on {device}{note}")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(os.path.join(outdir, f"time_{direction}.png"), dpi=110)
-        plt.close(fig)
+        finish(fig, ax, "median time per synchronous call (µs)", f"{direction.upper()} on {device}{note}",
+               os.path.join(outdir, f"time_{direction}.png"))
 
         own = [r for r in records if r["tool"] == "pinstage-bench"]
         ratios = series(own, direction, "ratio_vs_pageable")
@@ -79,15 +85,9 @@ def main():
             for path, pts in sorted(ratios.items()):
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, label=path)
             ax.axhline(1.0, color="black", linewidth=0.8)
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel("transfer size (bytes)")
-            ax.set_ylabel("speed-up over the driver's pageable path (x)")
-            ax.set_title(f"{direction.upper()} speed-up, measured side by side{note}")
-            ax.grid(True, which="both", alpha=0.3)
-            ax.legend(fontsize=8)
-            fig.tight_layout()
-            fig.savefig(os.path.join(outdir, f"speedup_{direction}.png"), dpi=110)
-            plt.close(fig)
+            finish(fig, ax, "speed-up over the driver's pageable path (x)",
+                   f"{direction.upper()} speed-up, measured side by side{note}",
+                   os.path.join(outdir, f"speedup_{direction}.png"))
     return 0
 
 

@@ -31,11 +31,6 @@ pinstage_status pinstage_buffer_create_with_capacity(pinstage_buffer **out, size
     pinstage_buffer *buf;
     if (!out) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: out is NULL", caller);
     *out = NULL;
-    if (bytes == 0) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: bytes is 0", caller);
-    if (ps_pinned_round(bytes) == 0)
-        return ps_fail(PINSTAGE_ERROR_INVALID_VALUE,
-                       "%s: bytes=%zu overflows when rounded up to %zu", caller, bytes,
-                       PINSTAGE_CAPACITY_GRANULARITY);
     pinstage_status s = pinstage_buffer_create(&buf);
     if (s) return s;
     s = pinstage_buffer_reserve(buf, bytes);
@@ -121,9 +116,7 @@ static pinstage_status check_transfer(const char *caller, const pinstage_buffer 
     if (n != dev->len)
         return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: n=%zu but %s holds %zu elements", caller,
                        n, dev_name, dev->len);
-    if (n > SIZE_MAX / dev->elem_size)
-        return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: n=%zu elements of %zu bytes overflows size_t",
-                       caller, n, dev->elem_size);
+    /* Cannot overflow: a device buffer's len * elem_size was checked when it was made. */
     *bytes = n * dev->elem_size;
     return PINSTAGE_SUCCESS;
 }

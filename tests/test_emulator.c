@@ -122,7 +122,6 @@ static void async_upload_from_pageable_memory_is_staged_at_the_call(void) {
 }
 
 static void events_order_work_across_streams(void) {
-    unsigned char back[64];
     CUevent ev;
     device_set(0x41);
     REQUIRE_OK((pinstage_status)drv.event_create(&ev, 0));
@@ -148,7 +147,6 @@ static void events_order_work_across_streams(void) {
     normal();
     drv.event_destroy(ev);
     pinstage_stream_destroy(other);
-    (void)back;
 }
 
 static int host_calls[4], host_call_count;
