@@ -27,6 +27,7 @@ CUresult emu_cuInit(unsigned int flags) {
     if (!emu.initialized) {
         emu.primary_refs = calloc((size_t)emu.devices + 1, sizeof *emu.primary_refs);
         emu.contexts = calloc((size_t)emu.devices + 1, sizeof *emu.contexts);
+        emu.primary_flags = calloc((size_t)emu.devices + 1, sizeof *emu.primary_flags);
         for (int i = 0; i < emu.devices; i++) emu.contexts[i].device = i;
         emu_streams_init();
         emu.initialized = 1;
@@ -131,10 +132,33 @@ CUresult emu_cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *
     if (r) return r;
     if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&emu.lock);
-    *flags = 0;
+    *flags = emu.primary_flags ? emu.primary_flags[dev] : 0;
     *active = emu.primary_refs[dev] > 0;
     pthread_mutex_unlock(&emu.lock);
     return CUDA_SUCCESS;
+}
+
+/* Scheduling flags are recorded and reported; the emulator's waits behave
+ * the same in every mode. */
+CUresult emu_cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags) {
+    EMU_ENTER(cuDevicePrimaryCtxSetFlags);
+    CUresult r = check_device(dev);
+    if (r) return r;
+    if (flags & ~0x1fu) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&emu.lock);
+    emu.primary_flags[dev] = flags;
+    pthread_mutex_unlock(&emu.lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult emu_cuCtxGetDevice(CUdevice *device) {
+    EMU_ENTER(cuCtxGetDevice);
+    pthread_mutex_lock(&emu.lock);
+    CUresult r = emu_need_context();
+    if (!r && !device) r = CUDA_ERROR_INVALID_VALUE;
+    if (!r) *device = current->device;
+    pthread_mutex_unlock(&emu.lock);
+    return r;
 }
 
 CUresult emu_cuCtxSetCurrent(CUcontext ctx) {

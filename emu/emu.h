@@ -98,6 +98,7 @@ typedef struct emu_state {
     size_t device_bytes, pinned_bytes, registered_bytes, pinned_allocations;
     /* contexts, streams, events */
     int *primary_refs; /* per device */
+    unsigned *primary_flags; /* per device: cuDevicePrimaryCtxSetFlags */
     struct CUctx_st *contexts;
     emu_stream *streams; /* every stream ever created, the legacy one first */
     emu_stream *legacy;
@@ -115,6 +116,8 @@ CUresult emu_need_context(void);
 /* Memory (lock held). */
 CUresult emu_device_range(CUdeviceptr ptr, size_t bytes, void **host);
 int emu_is_pinned(const void *p, size_t bytes);
+/* Whether [p, p + bytes) touches a pinned range without lying inside one. */
+int emu_is_partly_pinned(const void *p, size_t bytes);
 void emu_regions_free(emu_regions *r);
 
 /* Streams (lock held). */

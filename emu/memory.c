@@ -70,6 +70,10 @@ int emu_is_pinned(const void *p, size_t bytes) {
     return regions_find(&emu.pinned, (uintptr_t)p, bytes) >= 0;
 }
 
+int emu_is_partly_pinned(const void *p, size_t bytes) {
+    return !emu_is_pinned(p, bytes) && regions_overlap(&emu.pinned, (uintptr_t)p, bytes) >= 0;
+}
+
 /* Real frees wait for the device; so do these, which also keeps queued
  * operations from touching freed backing memory. */
 static void wait_all_streams(void) {
@@ -213,18 +217,64 @@ CUresult emu_cuMemHostUnregister(void *p) {
     return r;
 }
 
+/* One attribute of a pointer, as the driver answers it for the attributes
+ * pinstage asks: pageable host memory is unknown to the driver. */
+static CUresult pointer_attribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr) {
+    const emu_region *g = NULL;
+    unsigned type = 0;
+    long i;
+    if ((i = regions_find(&emu.device, (uintptr_t)ptr, 1)) >= 0) {
+        g = &emu.device.items[i];
+        type = CU_MEMORYTYPE_DEVICE;
+    } else if ((i = regions_find(&emu.pinned, (uintptr_t)ptr, 1)) >= 0) {
+        g = &emu.pinned.items[i];
+        type = CU_MEMORYTYPE_HOST;
+    }
+    if (!data) return CUDA_ERROR_INVALID_VALUE;
+    switch (attribute) {
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        if (!g) return CUDA_ERROR_INVALID_VALUE;
+        *(unsigned *)data = type;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+        if (!g) return CUDA_ERROR_INVALID_VALUE;
+        *(CUdeviceptr *)data = g->start;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+        if (!g) return CUDA_ERROR_INVALID_VALUE;
+        *(size_t *)data = g->bytes;
+        return CUDA_SUCCESS;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
 CUresult emu_cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr) {
     EMU_ENTER(cuPointerGetAttribute);
     pthread_mutex_lock(&emu.lock);
     CUresult r = emu_need_context();
-    if (!r && (!data || attribute != CU_POINTER_ATTRIBUTE_MEMORY_TYPE)) r = CUDA_ERROR_INVALID_VALUE;
-    if (!r) {
-        if (regions_find(&emu.device, (uintptr_t)ptr, 1) >= 0)
-            *(unsigned *)data = CU_MEMORYTYPE_DEVICE;
-        else if (regions_find(&emu.pinned, (uintptr_t)ptr, 1) >= 0)
-            *(unsigned *)data = CU_MEMORYTYPE_HOST;
-        else
-            r = CUDA_ERROR_INVALID_VALUE; /* pageable memory is unknown to the driver */
+    if (!r) r = pointer_attribute(data, attribute, ptr);
+    pthread_mutex_unlock(&emu.lock);
+    return r;
+}
+
+/* Like the driver, answers every attribute it can: for memory the driver
+ * does not know, the memory type reads 0 and the call succeeds. */
+CUresult emu_cuPointerGetAttributes(unsigned int count, CUpointer_attribute *attributes, void **data,
+                                    CUdeviceptr ptr) {
+    EMU_ENTER(cuPointerGetAttributes);
+    pthread_mutex_lock(&emu.lock);
+    CUresult r = emu_need_context();
+    if (!r && (!count || !attributes || !data)) r = CUDA_ERROR_INVALID_VALUE;
+    for (unsigned k = 0; !r && k < count; k++) {
+        if (!data[k]) {
+            r = CUDA_ERROR_INVALID_VALUE;
+        } else if (pointer_attribute(data[k], attributes[k], ptr) != CUDA_SUCCESS) {
+            if (attributes[k] == CU_POINTER_ATTRIBUTE_MEMORY_TYPE) *(unsigned *)data[k] = 0;
+            else if (attributes[k] == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) *(CUdeviceptr *)data[k] = 0;
+            else if (attributes[k] == CU_POINTER_ATTRIBUTE_RANGE_SIZE) *(size_t *)data[k] = 0;
+            else r = CUDA_ERROR_INVALID_VALUE;
+        }
     }
     pthread_mutex_unlock(&emu.lock);
     return r;

@@ -57,6 +57,7 @@ __attribute__((destructor)) static void shutdown_workers(void) {
     emu_regions_free(&emu.device);
     emu_regions_free(&emu.pinned);
     free(emu.primary_refs);
+    free(emu.primary_flags);
     free(emu.contexts);
     pthread_mutex_unlock(&emu.lock);
 }
@@ -186,6 +187,10 @@ static CUresult copy(direction dir, void *host_dst, const void *host_src, CUdevi
         r = emu_device_range(dev_dst, bytes, &dst);
         if (!r) r = emu_device_range(dev_src, bytes, (void **)&src);
     }
+    /* The driver refuses a host range that is only partly page-locked (seen
+     * on an H200 with a half-registered buffer). */
+    if (!r && dir != DEVICE_TO_DEVICE && emu_is_partly_pinned(dir == TO_DEVICE ? host_src : host_dst, bytes))
+        r = CUDA_ERROR_INVALID_VALUE;
     emu_op *op = NULL;
     if (!r && bytes > 0 && !(op = emu_new_op(EMU_OP_COPY))) r = CUDA_ERROR_OUT_OF_MEMORY;
     if (r || bytes == 0) {

@@ -18,12 +18,15 @@
  *    the results straight out of it (a returned view). No extra host copy
  *    exists, so these win at every size. Use them when you control where
  *    the data is produced or consumed.
- *  - pinstage_buffer_upload / pinstage_buffer_download: take ordinary
- *    (pageable) memory. They copy through the pinned buffer only while the
- *    transfer is at most pinstage_buffer_auto_stage_max_bytes(); larger
- *    transfers go to the driver's pageable path, which pipelines its own
- *    staging copy against the DMA. Tune the threshold per machine with
- *    pinstage-bench.
+ *  - pinstage_buffer_upload / pinstage_buffer_download: take any host memory.
+ *    Memory that is already page-locked (cuMemAllocHost, cuMemHostAlloc,
+ *    cuMemHostRegister: a PyTorch pinned tensor, a decoder's frame pool) is
+ *    copied straight from / into, with no staging. Ordinary (pageable)
+ *    memory takes, per direction and size, the fastest of three routes the
+ *    machine's profile names (see "Routes and profiles" below): the driver's
+ *    pageable path, staging through pinned memory with one host copy, or the
+ *    copy engine, which pipelines a multi-threaded host copy against the DMA
+ *    in chunks.
  *  - pinstage_devbuf_copy_from_host / pinstage_devbuf_copy_to_host: the
  *    driver's plain pageable path, the baseline the calls above replace.
  *
@@ -34,10 +37,22 @@
  * downloads). The next call reuses the same pinned bytes, so the DMA reading
  * them must have finished.
  * Every transfer of a pinstage_buffer is ordered against the given stream,
- * on both sides of the threshold: an upload lands after the work already
- * queued on the stream, a download sees the results of that work. This
- * holds for CU_STREAM_NON_BLOCKING streams too. A NULL stream is the legacy
- * default stream, as in the driver.
+ * whatever route it takes: an upload lands after the work already queued on
+ * the stream, a download sees the results of that work. This holds for
+ * CU_STREAM_NON_BLOCKING streams too. A NULL stream is the legacy default
+ * stream, as in the driver.
+ *
+ * Waiting, and what it costs in CPU
+ * ---------------------------------
+ * A transfer ends by recording a CUDA event behind its last copy and
+ * polling it (cuEventQuery), not with cuStreamSynchronize: a context made
+ * with CU_CTX_SCHED_BLOCKING_SYNC (common in TensorRT deployments) makes
+ * cuStreamSynchronize wake late, about doubling a 150 KiB transfer, while a
+ * poll returns the moment the copy lands in every scheduling mode. The
+ * calling thread polls for about the time the copy takes on a fast link
+ * (a 150 KiB copy: some 10 us of one core), then checks every ~50-100 us
+ * from a sleep, so a long transfer costs a few percent of a core. Transfers
+ * that sleep first: those expected to take over 1 ms.
  *
  * Context
  * -------
@@ -49,8 +64,9 @@
  * One pinstage_buffer (and the view download_into returns) is used by one
  * thread at a time; distinct buffers are independent and may be used from
  * different threads concurrently. Device buffers follow the same rule.
- * Loading the driver, status names and version queries are thread-safe; the
- * last-error message is per thread.
+ * Loading the driver, status names, version queries, profiles and the
+ * worker pool's functions are thread-safe; the last-error message is per
+ * thread.
  *
  * The driver
  * ----------
@@ -67,6 +83,15 @@
  * passed through unchanged. pinstage_status_name(), pinstage_status_string()
  * and pinstage_last_error_message() describe them without asking the driver.
  * A call that fails on bad input changes nothing and makes no driver call.
+ *
+ * Failures
+ * --------
+ * A failed driver call leaves the buffer usable, and a failed transfer
+ * never lets a later call touch pinned bytes a DMA may still use: when a
+ * transfer fails after enqueuing copies, it waits for them before it
+ * returns; if even that wait fails (the driver cannot say whether they are
+ * done), the buffer drops its pinned block (stats.retired_blocks; releasing
+ * it waits for the device) and the next transfer pins a fresh one.
  */
 #ifndef PINSTAGE_H
 #define PINSTAGE_H
@@ -250,25 +275,37 @@ PINSTAGE_API pinstage_status pinstage_devbuf_copy_to_host(const pinstage_devbuf 
 
 /* ---- The staging buffer ------------------------------------------------- */
 
-/* Above this size upload / download go to the driver's pageable path unless
- * the threshold is changed: 512 KiB, calibrated on an RTX A4000. Measure
- * your machine with `pinstage-bench --sweep` and set the crossover. */
+/* The seed's threshold (512 KiB, calibrated on an RTX A4000): above it the
+ * seed's upload / download take the driver's pageable path. pinstage's
+ * buffers start at PINSTAGE_AUTO_STAGE_PROFILE instead, which lets the
+ * machine's profile choose per direction and size; set this value with
+ * pinstage_buffer_set_auto_stage_max_bytes for the seed's behaviour. */
 #define PINSTAGE_DEFAULT_AUTO_STAGE_MAX_BYTES ((size_t)512 * 1024)
+/* The threshold that means "no threshold: the profile decides". */
+#define PINSTAGE_AUTO_STAGE_PROFILE ((size_t)-2)
 /* Pinned capacity grows in multiples of this (64 KiB). */
 #define PINSTAGE_CAPACITY_GRANULARITY ((size_t)64 * 1024)
 
 typedef struct pinstage_buffer pinstage_buffer;
 
 /* Counters describing how a buffer has been used. Only successful transfers
- * count; a failed call leaves them unchanged. */
+ * count; a failed call leaves them unchanged. Each transfer counts in
+ * exactly one of staged_transfers, direct_transfers and
+ * pinned_host_transfers; engine_transfers is the part of staged_transfers
+ * the copy engine moved. */
 typedef struct pinstage_stats {
     uint64_t pinned_allocations; /* pinned allocations made (cuMemAllocHost_v2 calls that succeeded) */
-    uint64_t staged_transfers;   /* transfers that went through the pinned buffer */
+    uint64_t staged_transfers;   /* transfers that went through the buffer's pinned memory */
     uint64_t direct_transfers;   /* upload/download handed to the driver's pageable path */
-    uint64_t bytes_uploaded;     /* host->device bytes, both paths */
-    uint64_t bytes_downloaded;   /* device->host bytes, both paths */
+    uint64_t bytes_uploaded;     /* host->device bytes, all routes */
+    uint64_t bytes_downloaded;   /* device->host bytes, all routes */
     uint64_t pin_time_ns;        /* wall time spent in pinned allocation and release */
     size_t peak_capacity;        /* largest capacity the buffer has had */
+    uint64_t engine_transfers;   /* staged by the copy engine (chunked, multi-threaded) */
+    uint64_t pinned_host_transfers; /* upload/download whose host memory was already page-locked:
+                                       one DMA straight from / into it, no staging */
+    uint64_t retired_blocks;     /* pinned blocks dropped because a failed wait left a DMA
+                                    possibly still using them (see "Failures") */
 } pinstage_stats;
 
 /* Creates an empty buffer: nothing is pinned until the first transfer or
@@ -290,12 +327,18 @@ PINSTAGE_API size_t pinstage_buffer_capacity(const pinstage_buffer *buf);
 /* Copies the counters into *stats. */
 PINSTAGE_API void pinstage_buffer_stats(const pinstage_buffer *buf, pinstage_stats *stats);
 
-/* The size in bytes above which upload / download bypass staging. */
+/* The buffer's threshold: PINSTAGE_AUTO_STAGE_PROFILE (the default: the
+ * profile chooses every route), or the value set below. */
 PINSTAGE_API size_t pinstage_buffer_auto_stage_max_bytes(const pinstage_buffer *buf);
-/* Overrides the threshold: 0 sends every upload/download to the pageable
- * path, SIZE_MAX stages them all. upload_with / download_into always stage:
- * for them the pinned buffer is the caller's working memory and there is no
- * extra copy to regret. */
+/* Sets the threshold, with the seed's meaning: upload / download of
+ * pageable memory larger than `bytes` take the driver's pageable path, the
+ * others are staged by the fastest staging route the profile knows for
+ * their size (one host copy or the engine). 0 sends every upload/download
+ * to the pageable path, SIZE_MAX stages them all.
+ * PINSTAGE_AUTO_STAGE_PROFILE hands the choice back to the profile.
+ * upload_with / download_into always stage: for them the pinned buffer is
+ * the caller's working memory and there is no extra copy to regret. Memory
+ * that is already page-locked is never staged. */
 PINSTAGE_API void pinstage_buffer_set_auto_stage_max_bytes(pinstage_buffer *buf, size_t bytes);
 
 /* Ensures at least `bytes` of pinned memory. Grow-only: a request at or below
@@ -342,23 +385,141 @@ PINSTAGE_API pinstage_status pinstage_buffer_download_into(pinstage_buffer *buf,
                                                            const pinstage_devbuf *src, size_t n,
                                                            CUstream stream, const void **view);
 
-/* Uploads n elements from ordinary memory `src` to `dst`. At or below the
- * threshold: copy into pinned memory, async copy on `stream`, synchronize.
- * Above it: the driver's async copy from pageable memory on `stream` (the
- * driver stages it), synchronize. Either way the copy is ordered after work
- * queued on `stream` and has landed when the call returns.
- * INVALID_VALUE for NULL pointers, n == 0, n != dst's length, an overflowing
- * size or pinned memory misaligned for the element; else the driver's error. */
+/* Uploads n elements from host memory `src` to `dst`: page-locked memory
+ * straight by one DMA, pageable memory by the route the buffer's profile and
+ * threshold choose (the driver's pageable path, one copy into pinned memory,
+ * or the copy engine). Either way the copy is ordered after work queued on
+ * `stream` and has landed when the call returns; `src` may then be reused.
+ * A range that is only partly page-locked (registered in pieces, or half
+ * registered) is staged, since the driver refuses such a range.
+ * INVALID_VALUE for NULL pointers, n == 0, n != dst's length or an
+ * overflowing size; else the driver's error. */
 PINSTAGE_API pinstage_status pinstage_buffer_upload(pinstage_buffer *buf, pinstage_devbuf *dst,
                                                     const void *src, size_t n, CUstream stream);
 
-/* Downloads n elements of `src` into ordinary memory `dst`; the mirror of
- * upload, with the same threshold. Above it: synchronize `stream`, then the
- * driver's synchronous pageable copy. Both paths see the results of work
- * queued on `stream` without the caller synchronizing first. Errors as for
+/* Downloads n elements of `src` into host memory `dst`; the mirror of
+ * upload, with the same routes. Every route sees the results of work queued
+ * on `stream` without the caller synchronizing first. Errors as for
  * upload. */
 PINSTAGE_API pinstage_status pinstage_buffer_download(pinstage_buffer *buf, void *dst, size_t n,
                                                       const pinstage_devbuf *src, CUstream stream);
+
+/* ---- Routes, the copy engine and machine profiles ------------------------ */
+
+/* How upload / download move pageable memory:
+ *  - PINSTAGE_ROUTE_PAGEABLE: the driver's pageable path (the driver stages).
+ *    Wins for small uploads, which the driver sends inline with the command.
+ *  - PINSTAGE_ROUTE_STAGED: one memcpy into the buffer's pinned memory, one
+ *    DMA (downloads: DMA, then one memcpy out). The seed's staging.
+ *  - PINSTAGE_ROUTE_ENGINE: the copy engine. The transfer is cut into chunks
+ *    that flow through up to 4 slots of the buffer's pinned memory, each
+ *    guarded by an event; the worker pool and the calling thread copy chunk
+ *    k+1 into a free slot while the DMA of chunk k runs (downloads mirrored).
+ * Pinned memory: the staging routes use the buffer's one pinned allocation.
+ * The engine needs at most 4 chunks of at most 8 MiB of it, so a transfer of
+ * any size pins at most 32 MiB; capacity, reserve, shrink_to_fit and the
+ * stats (peak_capacity, pinned_allocations) describe that same allocation. */
+#define PINSTAGE_ROUTE_PAGEABLE 0
+#define PINSTAGE_ROUTE_STAGED 1
+#define PINSTAGE_ROUTE_ENGINE 2
+
+typedef enum pinstage_direction { PINSTAGE_H2D = 0, PINSTAGE_D2H = 1 } pinstage_direction;
+
+/* One route choice. For the staging routes: `chunk` bytes per chunk (0: the
+ * whole transfer, at most 8 MiB) and `threads` sharing each chunk's host
+ * copy, the calling thread included (0: the pool's workers and the caller). */
+typedef struct pinstage_plan {
+    int route;
+    size_t chunk;
+    unsigned threads;
+} pinstage_plan;
+
+/* A machine profile: for each direction and size class (powers of two from
+ * 4 KiB to 256 MiB; a transfer uses the nearest class on a log scale), the
+ * fastest route overall and the fastest staging route, with the times
+ * measured. Every buffer follows the process default profile unless given
+ * its own: the one set with pinstage_profile_set_default, else the file
+ * named by the environment variable PINSTAGE_PROFILE (read at the first
+ * transfer; a refused file is reported once on stderr and the built-in
+ * profile is used), else the built-in profile, measured on an H200 machine
+ * and chosen never to be slower than the driver's pageable path there.
+ * Profiles are values: every call copies what it keeps. */
+typedef struct pinstage_profile pinstage_profile;
+
+#define PINSTAGE_PROFILE_BUILTIN 0  /* the built-in table */
+#define PINSTAGE_PROFILE_MEASURED 1 /* made by pinstage_profile_calibrate */
+#define PINSTAGE_PROFILE_FIXED 2    /* one plan at every size: pinstage_profile_fixed */
+
+/* Measures this machine and the current context's GPU: per direction and
+ * size class, the driver's pageable path, single-copy staging and the
+ * engine at the thread counts and chunk sizes worth trying, each the median
+ * of a few synchronous transfers. `thorough` 0 measures 4 KiB-64 MiB in
+ * about half a second on an H200 machine and reuses the 64 MiB result above;
+ * 1 measures every class to 256 MiB with more settings and repetitions
+ * (several seconds). Uses its own stream, pinned and device memory (up to
+ * 64 MiB, 256 MiB thorough), freed before it returns; transfers on other
+ * threads meanwhile make its figures noisier, not wrong. */
+PINSTAGE_API pinstage_status pinstage_profile_calibrate(pinstage_profile **out, int thorough);
+
+/* Reads a profile written by pinstage_profile_save. Refused with
+ * INVALID_VALUE and a message naming the file and line when the file is not
+ * a profile, of another format version, or damaged; refused when it was
+ * measured on another GPU model or driver version than the current
+ * context's (needs a current context for that check). */
+PINSTAGE_API pinstage_status pinstage_profile_load(pinstage_profile **out, const char *path);
+/* Writes the profile as text (the same text pinstage_profile_describe gives). */
+PINSTAGE_API pinstage_status pinstage_profile_save(const pinstage_profile *profile, const char *path);
+/* The profile as a printable, aligned table, snprintf-style: writes at most
+ * len bytes (NUL included) and returns the full text's length. */
+PINSTAGE_API size_t pinstage_profile_describe(const pinstage_profile *profile, char *text, size_t len);
+/* A profile that uses one plan at every size (for measuring a route at
+ * fixed settings, or pinning a choice). INVALID_VALUE for an unknown route. */
+PINSTAGE_API pinstage_status pinstage_profile_fixed(pinstage_profile **out, int route, size_t chunk,
+                                                    unsigned threads);
+/* The plan the profile gives a transfer of `bytes` (the best route overall). */
+PINSTAGE_API pinstage_status pinstage_profile_plan(const pinstage_profile *profile, pinstage_direction dir,
+                                                   size_t bytes, pinstage_plan *plan);
+/* Copies the process default into *out (free it with pinstage_profile_free). */
+PINSTAGE_API pinstage_status pinstage_profile_get_default(pinstage_profile **out);
+/* Makes a copy of `profile` the process default (NULL: the built-in one).
+ * Buffers that follow the default use it from their next transfer. */
+PINSTAGE_API pinstage_status pinstage_profile_set_default(const pinstage_profile *profile);
+/* NULL is accepted. */
+PINSTAGE_API void pinstage_profile_free(pinstage_profile *profile);
+/* Gives the buffer its own copy of `profile` (NULL: follow the default). */
+PINSTAGE_API pinstage_status pinstage_buffer_set_profile(pinstage_buffer *buf, const pinstage_profile *profile);
+
+/* ---- The worker pool ----------------------------------------------------- */
+
+/* The engine's host copies run on one process-wide pool of worker threads
+ * plus the calling thread. The pool starts at the first engine transfer,
+ * with one worker per CPU this process may run on, less one for the caller
+ * (PINSTAGE_POOL_AUTO). After a piece of work a worker spins for a short
+ * while (200 us by default: the next chunk is usually microseconds away),
+ * then parks on a condition variable: an idle process uses no CPU. The
+ * workers are joined at exit. One transfer at a time uses the workers; a
+ * transfer on another thread meanwhile copies on its own thread. */
+#define PINSTAGE_POOL_AUTO ((unsigned)-1)
+
+/* Sets the number of worker threads (0: the calling thread only;
+ * PINSTAGE_POOL_AUTO: sized to the machine). Running workers are stopped
+ * (after the transfer using them) and the new number starts on next use.
+ * INVALID_VALUE above 255. */
+PINSTAGE_API pinstage_status pinstage_pool_set_threads(unsigned workers);
+/* How long an idle worker spins before it parks, in microseconds (at most
+ * one second). */
+PINSTAGE_API void pinstage_pool_set_spin_us(unsigned spin_us);
+/* Stops and joins the workers (waiting for a transfer using them); the next
+ * engine transfer starts them again. */
+PINSTAGE_API void pinstage_pool_shutdown(void);
+
+typedef struct pinstage_pool_info {
+    unsigned workers; /* configured */
+    unsigned running; /* started threads (0 before first use and after shutdown) */
+    unsigned parked;  /* of those, parked now */
+    unsigned spin_us;
+} pinstage_pool_info;
+PINSTAGE_API void pinstage_pool_get_info(pinstage_pool_info *info);
 
 /* ---- Typed convenience -------------------------------------------------- */
 

@@ -1,22 +1,53 @@
-/* The driver call sequences behind every transfer. Each returns once the
- * data has landed and is ordered after the work already queued on `stream`.
- * On failure the status is the driver's and this thread's message names the
- * call; no copy from or into the caller's memory is left in flight. */
+/* The driver call sequences behind every transfer: enqueue-only copies, the
+ * wait that ends every synchronous call, and what kind of host memory a
+ * caller passed. On failure the status is the driver's and this thread's
+ * message names the call. */
 #ifndef PINSTAGE_COPY_H
 #define PINSTAGE_COPY_H
 
 #include "driver.h"
 
-/* Pinned host memory <-> device, on `stream`. */
-pinstage_status ps_copy_h2d_staged(const ps_driver *d, CUdeviceptr dst, const void *pinned,
-                                   size_t bytes, CUstream stream, const char *caller);
-pinstage_status ps_copy_d2h_staged(const ps_driver *d, void *pinned, CUdeviceptr src, size_t bytes,
-                                   CUstream stream, const char *caller);
+/* Enqueue one async copy on `stream`, nothing more. */
+pinstage_status ps_enqueue_h2d(const ps_driver *d, CUdeviceptr dst, const void *host, size_t bytes,
+                               CUstream stream, const char *caller);
+pinstage_status ps_enqueue_d2h(const ps_driver *d, void *host, CUdeviceptr src, size_t bytes,
+                               CUstream stream, const char *caller);
+pinstage_status ps_record(const ps_driver *d, CUevent event, CUstream stream, const char *caller);
 
-/* Pageable host memory <-> device through the driver's own staging. */
-pinstage_status ps_copy_h2d_pageable(const ps_driver *d, CUdeviceptr dst, const void *src,
-                                     size_t bytes, CUstream stream, const char *caller);
+/* Waits until `event` has completed. It polls cuEventQuery, which returns
+ * the moment the copy lands in every context scheduling mode (a blocking-
+ * sync cuStreamSynchronize doubles a 150 KiB copy's time), for about the
+ * time `bytes` take on a fast link; then it polls every ~50 us from a sleep,
+ * so a long transfer costs little CPU. */
+pinstage_status ps_wait_event(const ps_driver *d, CUevent event, size_t bytes, const char *caller);
+
+/* Records `event` on `stream` and waits for it: the end of a synchronous call. */
+pinstage_status ps_record_and_wait(const ps_driver *d, CUevent event, CUstream stream, size_t bytes,
+                                   const char *caller);
+
+/* After a failure with copies possibly still queued: waits until nothing
+ * enqueued on `stream` can touch host memory any more. Returns 0 when that
+ * is certain, non-zero when the driver could not say (the memory those
+ * copies use must then never be reused). Leaves this thread's message alone. */
+int ps_drain(const ps_driver *d, CUevent spare, CUstream stream);
+
+/* The driver's pageable path, ordered against `stream`, landed on return.
+ * Uploads: async copy + record + wait. Downloads: wait for the stream's work,
+ * then the synchronous cuMemcpyDtoH_v2 (faster than its async form). */
+pinstage_status ps_copy_h2d_pageable(const ps_driver *d, CUdeviceptr dst, const void *src, size_t bytes,
+                                     CUstream stream, CUevent event, const char *caller);
 pinstage_status ps_copy_d2h_pageable(const ps_driver *d, void *dst, CUdeviceptr src, size_t bytes,
-                                     CUstream stream, const char *caller);
+                                     CUstream stream, CUevent event, const char *caller);
+
+/* What the driver knows of a host range. */
+typedef enum ps_host_kind {
+    PS_HOST_PAGEABLE,     /* unknown to the driver (as far as its ends tell) */
+    PS_HOST_PINNED,       /* inside one page-locked allocation or registration */
+    PS_HOST_PARTLY_PINNED /* touches page-locked memory but is not inside one range */
+} ps_host_kind;
+
+/* Asks cuPointerGetAttributes about the range's first byte (and its last,
+ * when the first is pageable). Any failure reads as pageable. */
+ps_host_kind ps_host_kind_of(const ps_driver *d, const void *host, size_t bytes);
 
 #endif

@@ -47,12 +47,17 @@
     X(CU_STREAM_NON_BLOCKING, 1)                                             \
     X(CU_EVENT_DEFAULT, 0)                                                   \
     X(CU_EVENT_DISABLE_TIMING, 2)                                            \
+    X(CU_CTX_SCHED_SPIN, 1)                                                  \
+    X(CU_CTX_SCHED_YIELD, 2)                                                 \
+    X(CU_CTX_SCHED_BLOCKING_SYNC, 4)                                         \
     X(CU_MEMHOSTALLOC_PORTABLE, 1)                                           \
     X(CU_MEMHOSTALLOC_DEVICEMAP, 2)                                          \
     X(CU_MEMHOSTALLOC_WRITECOMBINED, 4)                                      \
     X(CU_MEMHOSTREGISTER_PORTABLE, 1)                                        \
     X(CU_MEMHOSTREGISTER_DEVICEMAP, 2)                                       \
     X(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, 2)                                   \
+    X(CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, 11)                             \
+    X(CU_POINTER_ATTRIBUTE_RANGE_SIZE, 12)                                   \
     X(CU_MEMORYTYPE_HOST, 1)                                                 \
     X(CU_MEMORYTYPE_DEVICE, 2)                                               \
     X(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 16)                          \
@@ -90,7 +95,14 @@
     X(cuMemcpyDtoHAsync, 3020, (void *dst, CUdeviceptr src, size_t bytes, CUstream stream)) \
     X(cuStreamCreate, 2000, (CUstream * stream, unsigned int flags))                     \
     X(cuStreamDestroy, 4000, (CUstream stream))                                          \
-    X(cuStreamSynchronize, 2000, (CUstream stream))
+    X(cuStreamSynchronize, 2000, (CUstream stream))                                      \
+    X(cuEventCreate, 2000, (CUevent * event, unsigned int flags))                         \
+    X(cuEventRecord, 2000, (CUevent event, CUstream stream))                              \
+    X(cuEventQuery, 2000, (CUevent event))                                                \
+    X(cuEventDestroy, 4000, (CUevent event))                                              \
+    X(cuCtxGetDevice, 2000, (CUdevice * device))                                          \
+    X(cuPointerGetAttributes, 7000,                                                       \
+      (unsigned int count, CUpointer_attribute *attributes, void **data, CUdeviceptr ptr))
 
 /* Entry points the emulated driver provides beyond the library's own, for
  * tests, the benchmark and examples (reached through pinstage_driver_get_proc). */
@@ -105,15 +117,12 @@
     X(cuMemsetD8Async, 3020, (CUdeviceptr dst, unsigned char value, size_t count, CUstream stream)) \
     X(cuStreamQuery, 2000, (CUstream stream))                                             \
     X(cuStreamWaitEvent, 3020, (CUstream stream, CUevent event, unsigned int flags))      \
-    X(cuEventCreate, 2000, (CUevent * event, unsigned int flags))                         \
-    X(cuEventRecord, 2000, (CUevent event, CUstream stream))                              \
-    X(cuEventQuery, 2000, (CUevent event))                                                \
     X(cuEventSynchronize, 2000, (CUevent event))                                          \
-    X(cuEventDestroy, 4000, (CUevent event))                                              \
     X(cuLaunchHostFunc, 10000, (CUstream stream, CUhostFn fn, void *user_data))           \
     X(cuPointerGetAttribute, 4000, (void *data, CUpointer_attribute attribute, CUdeviceptr ptr)) \
     X(cuGetErrorName, 6000, (CUresult error, const char **name))                          \
-    X(cuGetErrorString, 6000, (CUresult error, const char **text))
+    X(cuGetErrorString, 6000, (CUresult error, const char **text))                        \
+    X(cuDevicePrimaryCtxSetFlags, 11000, (CUdevice dev, unsigned int flags))
 
 #ifndef PS_CUDA_ABI_CHECK
 /* The driver's own types, spelled as cuda.h spells them so that code reads

@@ -1,6 +1,7 @@
 /* The staging buffer: every public transfer reads as
- *   argument checks -> path choice -> pinned memory -> driver calls -> stats
- * with the driver sequences in copy.c and the allocation policy in pinned.c. */
+ *   argument checks -> route (policy.c) -> pinned memory (pinned.c)
+ *   -> driver calls (copy.c) or the copy engine (engine.c) -> stats
+ * Upload / download of page-locked memory skip the route: one DMA. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,13 +9,19 @@
 
 #include "copy.h"
 #include "devbuf.h"
-#include "path.h"
+#include "engine.h"
 #include "pinned.h"
+#include "policy.h"
 #include "status.h"
 
 struct pinstage_buffer {
     ps_pinned pinned;
+    /* Created at the first transfer: events[0] ends every synchronous call,
+     * all of them guard the engine's slots. */
+    CUevent events[PS_ENGINE_SLOTS];
+    int have_events;
     size_t auto_stage_max_bytes;
+    pinstage_profile *profile; /* the buffer's own copy; NULL: the default */
     pinstage_stats stats;
 };
 
@@ -22,7 +29,7 @@ pinstage_status pinstage_buffer_create(pinstage_buffer **out) {
     if (!out) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "pinstage_buffer_create: out is NULL");
     *out = calloc(1, sizeof **out);
     if (!*out) return ps_fail(PINSTAGE_ERROR_OUT_OF_MEMORY, "pinstage_buffer_create: out of host memory");
-    (*out)->auto_stage_max_bytes = PINSTAGE_DEFAULT_AUTO_STAGE_MAX_BYTES;
+    (*out)->auto_stage_max_bytes = PINSTAGE_AUTO_STAGE_PROFILE;
     return PINSTAGE_SUCCESS;
 }
 
@@ -46,8 +53,15 @@ pinstage_status pinstage_buffer_create_with_capacity(pinstage_buffer **out, size
 }
 
 void pinstage_buffer_free(pinstage_buffer *buf) {
+    const ps_driver *d;
     if (!buf) return;
-    pinstage_buffer_shrink_to_fit(buf);
+    /* Events and pinned memory exist only if a driver was loaded to make them. */
+    if ((buf->have_events || buf->pinned.ptr) && !ps_driver_get(&d)) {
+        if (buf->have_events)
+            for (int i = 0; i < PS_ENGINE_SLOTS; i++) d->cuEventDestroy(buf->events[i]);
+        ps_pinned_release(&buf->pinned, d, &buf->stats.pin_time_ns);
+    }
+    free(buf->profile);
     free(buf);
 }
 
@@ -67,6 +81,19 @@ size_t pinstage_buffer_auto_stage_max_bytes(const pinstage_buffer *buf) {
 
 void pinstage_buffer_set_auto_stage_max_bytes(pinstage_buffer *buf, size_t bytes) {
     if (buf) buf->auto_stage_max_bytes = bytes;
+}
+
+pinstage_status pinstage_buffer_set_profile(pinstage_buffer *buf, const pinstage_profile *profile) {
+    static const char caller[] = "pinstage_buffer_set_profile";
+    if (!buf) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: buf is NULL", caller);
+    pinstage_profile *copy = NULL;
+    if (profile) {
+        if (!(copy = malloc(sizeof *copy))) return ps_fail(PINSTAGE_ERROR_OUT_OF_MEMORY, "%s: out of host memory", caller);
+        *copy = *profile;
+    }
+    free(buf->profile);
+    buf->profile = copy;
+    return PINSTAGE_SUCCESS;
 }
 
 /* Grows the pinned memory to hold `bytes` (already checked non-zero). */
@@ -121,16 +148,53 @@ static pinstage_status check_transfer(const char *caller, const pinstage_buffer 
     return PINSTAGE_SUCCESS;
 }
 
-/* Makes `bytes` of pinned memory, aligned for the element, ready to use. */
+static pinstage_status ensure_events(pinstage_buffer *buf, const ps_driver *d, const char *caller) {
+    if (buf->have_events) return PINSTAGE_SUCCESS;
+    CUevent made[PS_ENGINE_SLOTS];
+    for (int i = 0; i < PS_ENGINE_SLOTS; i++) {
+        CUresult r = d->cuEventCreate(&made[i], CU_EVENT_DISABLE_TIMING);
+        if (r) {
+            while (i--) d->cuEventDestroy(made[i]);
+            return ps_fail_driver((pinstage_status)r, caller, "cuEventCreate");
+        }
+    }
+    memcpy(buf->events, made, sizeof made);
+    buf->have_events = 1;
+    return PINSTAGE_SUCCESS;
+}
+
+/* Makes `bytes` of pinned memory ready, aligned for the element. */
 static pinstage_status prepare_pinned(pinstage_buffer *buf, const ps_driver *d, size_t bytes,
                                       size_t elem_align, const char *caller) {
-    pinstage_status s = ensure_capacity(buf, d, bytes, caller);
-    if (s) return s;
+    pinstage_status s = ensure_events(buf, d, caller);
+    if (s || (s = ensure_capacity(buf, d, bytes, caller))) return s;
     if ((uintptr_t)buf->pinned.ptr % elem_align)
         return ps_fail(PINSTAGE_ERROR_INVALID_VALUE,
                        "%s: the pinned allocation at %p is not aligned to the element's %zu bytes",
                        caller, buf->pinned.ptr, elem_align);
     return PINSTAGE_SUCCESS;
+}
+
+/* A failed wait may leave a DMA on the pinned block. The block is never
+ * reused: releasing it waits for the device, and the next call pins anew. */
+static void retire_pinned(pinstage_buffer *buf, const ps_driver *d) {
+    ps_pinned_release(&buf->pinned, d, &buf->stats.pin_time_ns);
+    buf->stats.retired_blocks++;
+}
+
+/* After a failure once a copy on the pinned block was enqueued. */
+static void settle_pinned(pinstage_buffer *buf, const ps_driver *d, CUstream stream) {
+    if (ps_drain(d, buf->events[0], stream)) retire_pinned(buf, d);
+}
+
+/* One DMA between the pinned block and the device, landed on return. */
+static pinstage_status staged_copy(pinstage_buffer *buf, const ps_driver *d, ps_direction dir, CUdeviceptr dev,
+                                   size_t bytes, CUstream stream, const char *caller) {
+    pinstage_status s = dir == PS_H2D ? ps_enqueue_h2d(d, dev, buf->pinned.ptr, bytes, stream, caller)
+                                      : ps_enqueue_d2h(d, buf->pinned.ptr, dev, bytes, stream, caller);
+    if (s) return s;
+    if ((s = ps_record_and_wait(d, buf->events[0], stream, bytes, caller))) settle_pinned(buf, d, stream);
+    return s;
 }
 
 pinstage_status pinstage_buffer_upload_with(pinstage_buffer *buf, pinstage_devbuf *dst, size_t n,
@@ -143,7 +207,7 @@ pinstage_status pinstage_buffer_upload_with(pinstage_buffer *buf, pinstage_devbu
     if (s || (s = ps_driver_get(&d))) return s;
     if ((s = prepare_pinned(buf, d, bytes, dst->elem_align, caller))) return s;
     fill(buf->pinned.ptr, n, user_data);
-    if ((s = ps_copy_h2d_staged(d, dst->ptr, buf->pinned.ptr, bytes, stream, caller))) return s;
+    if ((s = staged_copy(buf, d, PS_H2D, dst->ptr, bytes, stream, caller))) return s;
     buf->stats.staged_transfers++;
     buf->stats.bytes_uploaded += bytes;
     return PINSTAGE_SUCCESS;
@@ -158,29 +222,102 @@ pinstage_status pinstage_buffer_download_into(pinstage_buffer *buf, const pinsta
     pinstage_status s = check_transfer(caller, buf, src, "src", view != NULL, "view", n, &bytes);
     if (s || (s = ps_driver_get(&d))) return s;
     if ((s = prepare_pinned(buf, d, bytes, src->elem_align, caller))) return s;
-    if ((s = ps_copy_d2h_staged(d, buf->pinned.ptr, src->ptr, bytes, stream, caller))) return s;
+    if ((s = staged_copy(buf, d, PS_D2H, src->ptr, bytes, stream, caller))) return s;
     buf->stats.staged_transfers++;
     buf->stats.bytes_downloaded += bytes;
     *view = buf->pinned.ptr;
     return PINSTAGE_SUCCESS;
 }
 
+/* ---- upload / download of any host memory ------------------------------------------ */
+
+typedef struct {
+    pinstage_buffer *buf;
+    const ps_driver *d;
+    ps_direction dir;
+    CUdeviceptr dev;
+    unsigned char *host;
+    size_t bytes;
+    CUstream stream;
+    const char *caller;
+} transfer;
+
+/* Already page-locked host memory: one DMA straight from / into it. Returns
+ * CUDA_ERROR_INVALID_VALUE untouched when the driver refuses the range at
+ * enqueue, so the caller can stage it instead. */
+static pinstage_status pinned_host_copy(const transfer *t) {
+    pinstage_status s = t->dir == PS_H2D ? ps_enqueue_h2d(t->d, t->dev, t->host, t->bytes, t->stream, t->caller)
+                                         : ps_enqueue_d2h(t->d, t->host, t->dev, t->bytes, t->stream, t->caller);
+    if (s) return s;
+    /* On failure the caller's memory may still be in a DMA: wait for it. */
+    if ((s = ps_record_and_wait(t->d, t->buf->events[0], t->stream, t->bytes, t->caller)))
+        ps_drain(t->d, t->buf->events[0], t->stream);
+    return s;
+}
+
+/* The driver's pageable path. Returns CUDA_ERROR_INVALID_VALUE untouched
+ * when the driver refuses the host range (partly page-locked inside). */
+static pinstage_status pageable_copy(const transfer *t) {
+    if (t->dir == PS_H2D) {
+        pinstage_status s = ps_enqueue_h2d(t->d, t->dev, t->host, t->bytes, t->stream, t->caller);
+        return s ? s : ps_record_and_wait(t->d, t->buf->events[0], t->stream, t->bytes, t->caller);
+    }
+    return ps_copy_d2h_pageable(t->d, t->host, t->dev, t->bytes, t->stream, t->buf->events[0], t->caller);
+}
+
+static pinstage_status engine_copy(const transfer *t, const ps_plan *plan) {
+    pinstage_buffer *buf = t->buf;
+    pinstage_status s = prepare_pinned(buf, t->d, ps_engine_footprint(t->bytes, plan), 1, t->caller);
+    if (s) return s;
+    ps_stage stage = {buf->pinned.ptr, buf->events};
+    int in_flight = 0;
+    s = t->dir == PS_H2D ? ps_engine_h2d(t->d, ps_pool_default(), &stage, t->dev, t->host, t->bytes, t->stream, plan,
+                                         &in_flight, t->caller)
+                         : ps_engine_d2h(t->d, ps_pool_default(), &stage, t->host, t->dev, t->bytes, t->stream, plan,
+                                         &in_flight, t->caller);
+    if (s && in_flight) retire_pinned(buf, t->d);
+    return s;
+}
+
+static pinstage_status move(transfer *t) {
+    pinstage_buffer *buf = t->buf;
+    pinstage_status s = ensure_events(buf, t->d, t->caller);
+    if (s) return s;
+    const pinstage_profile *profile = buf->profile ? buf->profile : ps_profile_default();
+    ps_host_kind kind = ps_host_kind_of(t->d, t->host, t->bytes);
+    if (kind == PS_HOST_PINNED) {
+        s = pinned_host_copy(t);
+        if (s != PINSTAGE_ERROR_INVALID_VALUE) {
+            if (!s) buf->stats.pinned_host_transfers++;
+            return s;
+        }
+        kind = PS_HOST_PARTLY_PINNED; /* e.g. two adjacent registrations */
+    }
+    ps_plan plan = ps_choose_plan(profile, t->dir, t->bytes, buf->auto_stage_max_bytes);
+    if (plan.route == PINSTAGE_ROUTE_PAGEABLE && kind == PS_HOST_PAGEABLE) {
+        s = pageable_copy(t);
+        if (s != PINSTAGE_ERROR_INVALID_VALUE) {
+            if (!s) buf->stats.direct_transfers++;
+            return s;
+        }
+    }
+    /* Staged: by choice, or because the driver does not take the range. */
+    if (plan.route == PINSTAGE_ROUTE_PAGEABLE) plan = profile->classes[t->dir][ps_size_class(t->bytes)].staging;
+    if ((s = engine_copy(t, &plan))) return s;
+    buf->stats.staged_transfers++;
+    buf->stats.engine_transfers += plan.route == PINSTAGE_ROUTE_ENGINE;
+    return PINSTAGE_SUCCESS;
+}
+
 pinstage_status pinstage_buffer_upload(pinstage_buffer *buf, pinstage_devbuf *dst, const void *src,
                                        size_t n, CUstream stream) {
     static const char caller[] = "pinstage_buffer_upload";
-    const ps_driver *d;
     size_t bytes = 0;
     pinstage_status s = check_transfer(caller, buf, dst, "dst", src != NULL, "src", n, &bytes);
-    if (s || (s = ps_driver_get(&d))) return s;
-    if (ps_choose_path(bytes, buf->auto_stage_max_bytes) == PS_PATH_PAGEABLE) {
-        if ((s = ps_copy_h2d_pageable(d, dst->ptr, src, bytes, stream, caller))) return s;
-        buf->stats.direct_transfers++;
-    } else {
-        if ((s = prepare_pinned(buf, d, bytes, dst->elem_align, caller))) return s;
-        memcpy(buf->pinned.ptr, src, bytes);
-        if ((s = ps_copy_h2d_staged(d, dst->ptr, buf->pinned.ptr, bytes, stream, caller))) return s;
-        buf->stats.staged_transfers++;
-    }
+    transfer t = {buf, NULL, PS_H2D, 0, (unsigned char *)src, bytes, stream, caller};
+    if (s || (s = ps_driver_get(&t.d))) return s;
+    t.dev = dst->ptr;
+    if ((s = move(&t))) return s;
     buf->stats.bytes_uploaded += bytes;
     return PINSTAGE_SUCCESS;
 }
@@ -188,19 +325,12 @@ pinstage_status pinstage_buffer_upload(pinstage_buffer *buf, pinstage_devbuf *ds
 pinstage_status pinstage_buffer_download(pinstage_buffer *buf, void *dst, size_t n,
                                          const pinstage_devbuf *src, CUstream stream) {
     static const char caller[] = "pinstage_buffer_download";
-    const ps_driver *d;
     size_t bytes = 0;
     pinstage_status s = check_transfer(caller, buf, src, "src", dst != NULL, "dst", n, &bytes);
-    if (s || (s = ps_driver_get(&d))) return s;
-    if (ps_choose_path(bytes, buf->auto_stage_max_bytes) == PS_PATH_PAGEABLE) {
-        if ((s = ps_copy_d2h_pageable(d, dst, src->ptr, bytes, stream, caller))) return s;
-        buf->stats.direct_transfers++;
-    } else {
-        if ((s = prepare_pinned(buf, d, bytes, src->elem_align, caller))) return s;
-        if ((s = ps_copy_d2h_staged(d, buf->pinned.ptr, src->ptr, bytes, stream, caller))) return s;
-        memcpy(dst, buf->pinned.ptr, bytes);
-        buf->stats.staged_transfers++;
-    }
+    transfer t = {buf, NULL, PS_D2H, 0, dst, bytes, stream, caller};
+    if (s || (s = ps_driver_get(&t.d))) return s;
+    t.dev = src->ptr;
+    if ((s = move(&t))) return s;
     buf->stats.bytes_downloaded += bytes;
     return PINSTAGE_SUCCESS;
 }

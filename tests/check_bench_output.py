@@ -13,14 +13,16 @@ import subprocess
 import sys
 import tempfile
 
-PATHS = ["pageable", "auto", "staged", "direct", "resident", "pageable-async", "fresh-pin", "floor"]
+PATHS = ["pageable", "auto", "staged", "engine", "direct", "pinned-host", "resident", "pageable-async",
+         "fresh-pin", "floor"]
 CSV_COLUMNS = ["direction", "bytes", "label", "path", "reps", "median_us", "min_us", "p10_us",
                "p90_us", "gbps", "ratio_vs_pageable", "emulated"]
 CONTEXT_KEYS = {"tool": str, "library_version": str, "date": str, "device": str,
                 "compute_capability": str, "pci_bus_id": str, "pcie_link": str,
                 "copy_engines": int, "driver_version": int, "driver_path": str, "emulated": bool,
                 "host_cpu": str, "host_cores": int, "reps": int, "warmup": int, "budget_s": float,
-                "method": str, "command": str}
+                "method": str, "command": str, "sched": str, "host_alloc": str, "profile": str,
+                "engine": str, "pool_workers": int}
 SIZES = [4096, 150528]
 failures = []
 
@@ -97,9 +99,29 @@ def main():
         # Errors: no driver, bad options.
         r = run(bench, env, "--driver", "/nonexistent/libcuda.so.1", "--quiet")
         check(r.returncode != 0 and "--emulate" in r.stderr, "no driver: non-zero exit that points to --emulate")
-        for bad in (["--paths", "nosuch"], ["--sizes", "12Q"], ["--format", "xml"], ["--sweep", "8M:4K"]):
+        for bad in (["--paths", "nosuch"], ["--sizes", "12Q"], ["--format", "xml"], ["--sweep", "8M:4K"],
+                    ["--reps", "3x"], ["--device", "abc"], ["--budget", "2s"], ["--engine", "1M"],
+                    ["--engine", "1Q:4"], ["--sched", "fast"], ["--host-alloc", "mmap"],
+                    ["--pool-threads", "-1"], ["--paths", ",".join(["auto"] * 33)]):
             r = run(bench, env, *common, *bad)
-            check(r.returncode != 0, f"{bad} is refused")
+            check(r.returncode == 2 and "Segmentation" not in r.stderr, f"{bad} is refused (exit {r.returncode})")
+
+        # --calibrate writes a profile that --profile reads back for "auto".
+        fast = dict(env, PINSTAGE_EMU_LATENCY_US="1", PINSTAGE_EMU_BANDWIDTH_GBPS="1000")
+        profile = os.path.join(tmp, "profile.txt")
+        r = run(bench, fast, "--emulate", "--driver", emu, "--calibrate", profile)
+        check(r.returncode == 0, f"--calibrate exit {r.returncode}: {r.stderr}")
+        text = open(profile).read() if os.path.exists(profile) else ""
+        check(text.startswith("pinstage-profile 1\norigin measured\n"), "--calibrate wrote a measured profile")
+        check(text.count("\nh2d ") == 17 and text.count("\nd2h ") == 17, "the profile has every size class")
+        check(r.stdout.startswith("pinstage-profile 1"), "--calibrate prints the profile")
+        r = run(bench, fast, *common, "--paths", "auto", "--profile", profile, "--format", "json")
+        check(r.returncode == 0 and json.loads(r.stdout)["context"]["profile"] == profile,
+              f"--profile is used and reported: {r.stderr}")
+        with open(profile, "a") as f:
+            f.write("trailing\n")
+        r = run(bench, fast, *common, "--paths", "auto", "--profile", profile)
+        check(r.returncode != 0 and "text after 'end'" in r.stderr, "a damaged profile is refused with the reason")
     print(f"{len(failures)} failed" if failures else "bench output ok")
     return 1 if failures else 0
 

@@ -16,7 +16,7 @@ static void create_pins_nothing(void) {
     CHECK(buf != NULL);
     CHECK_EQ(driver_calls(), calls);
     CHECK_EQ(pinstage_buffer_capacity(buf), 0);
-    CHECK_EQ(pinstage_buffer_auto_stage_max_bytes(buf), PINSTAGE_DEFAULT_AUTO_STAGE_MAX_BYTES);
+    CHECK_EQ(pinstage_buffer_auto_stage_max_bytes(buf), PINSTAGE_AUTO_STAGE_PROFILE);
     pinstage_stats st;
     memset(&st, 0xff, sizeof st);
     pinstage_buffer_stats(buf, &st);
@@ -27,6 +27,9 @@ static void create_pins_nothing(void) {
     CHECK_EQ(st.bytes_downloaded, 0);
     CHECK_EQ(st.pin_time_ns, 0);
     CHECK_EQ(st.peak_capacity, 0);
+    CHECK_EQ(st.engine_transfers, 0);
+    CHECK_EQ(st.pinned_host_transfers, 0);
+    CHECK_EQ(st.retired_blocks, 0);
     pinstage_buffer_free(buf);
     CHECK_EQ(driver_calls(), calls);
     pinstage_buffer_free(NULL); /* accepted */
@@ -114,6 +117,7 @@ static void shrink_releases_and_keeps_counters(void) {
     REQUIRE_OK(pinstage_buffer_create(&buf));
     REQUIRE_OK(pinstage_devbuf_alloc_f32(&d, 1000));
     for (int i = 0; i < 1000; i++) host[i] = (float)i;
+    pinstage_buffer_set_auto_stage_max_bytes(buf, SIZE_MAX); /* 4000 bytes: staged, not pageable */
     CHECK_OK(pinstage_buffer_upload_f32(buf, d, host, 1000, NULL));
     CHECK_EQ(pinstage_buffer_capacity(buf), G);
 
@@ -151,6 +155,8 @@ static void threshold_is_settable(void) {
     CHECK_EQ(pinstage_buffer_auto_stage_max_bytes(buf), 0);
     pinstage_buffer_set_auto_stage_max_bytes(buf, SIZE_MAX);
     CHECK_EQ(pinstage_buffer_auto_stage_max_bytes(buf), SIZE_MAX);
+    pinstage_buffer_set_auto_stage_max_bytes(buf, PINSTAGE_AUTO_STAGE_PROFILE);
+    CHECK_EQ(pinstage_buffer_auto_stage_max_bytes(buf), PINSTAGE_AUTO_STAGE_PROFILE);
     pinstage_buffer_free(buf);
 }
 
@@ -159,6 +165,7 @@ static void steady_state_pins_once(void) {
     pinstage_buffer *buf;
     size_t sizes[] = {150528 / 4, 196608 / 4, 4096, 196608 / 4, 150528 / 4};
     REQUIRE_OK(pinstage_buffer_create(&buf));
+    pinstage_buffer_set_auto_stage_max_bytes(buf, SIZE_MAX); /* every size staged */
     float *host = calloc(196608 / 4, sizeof *host);
     for (int round = 0; round < 3; round++)
         for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {

@@ -142,7 +142,8 @@ static void download_into_returns_a_view_of_pinned_memory(void) {
     pinstage_buffer_free(buf);
 }
 
-/* upload / download: staged at or below the threshold, direct above it. */
+/* upload / download with the seed's threshold set: staged at or below it,
+ * the pageable path above it. */
 static void slice_paths_follow_the_threshold(void) {
     size_t threshold = PINSTAGE_DEFAULT_AUTO_STAGE_MAX_BYTES;
     struct {
@@ -162,6 +163,7 @@ static void slice_paths_follow_the_threshold(void) {
         pinstage_devbuf *d;
         unsigned char *src = malloc(bytes), *back = malloc(bytes);
         REQUIRE_OK(pinstage_buffer_create(&buf));
+        pinstage_buffer_set_auto_stage_max_bytes(buf, threshold);
         REQUIRE_OK(pinstage_devbuf_alloc_f32(&d, n));
         fill_pattern(src, bytes, 300 + (unsigned)i);
         CHECK_OK(pinstage_buffer_upload(buf, d, src, n, nonblocking));
@@ -390,7 +392,9 @@ static void wrapped_memory_is_a_transfer_target(void) {
     pinstage_buffer_free(buf);
 }
 
-/* The pinned allocation misaligned for the element: refused before any copy. */
+/* The pinned allocation misaligned for the element: download_into, whose
+ * view the caller reads as elements, refuses before any copy; upload and
+ * download copy bytes, which need no alignment. */
 static void misaligned_pinned_memory_is_refused(void) {
     if (!emu) return; /* real drivers hand out page-aligned pinned memory */
     pinstage_buffer *buf;
@@ -398,18 +402,22 @@ static void misaligned_pinned_memory_is_refused(void) {
     REQUIRE_OK(pinstage_devbuf_alloc(&d, 64, 64, 64));
     emu->set_pinned_alignment(16);
     REQUIRE_OK(pinstage_buffer_create(&buf));
-    unsigned char src[64 * 64] = {0};
+    pinstage_buffer_set_auto_stage_max_bytes(buf, SIZE_MAX);
+    unsigned char src[64 * 64], back[64 * 64];
+    fill_pattern(src, sizeof src, 77);
     unsigned long copies = emu->calls("cuMemcpyHtoDAsync") + emu->calls("cuMemcpyDtoHAsync");
-    CHECK_STATUS(pinstage_buffer_upload(buf, d, src, 64, NULL), PINSTAGE_ERROR_INVALID_VALUE);
-    CHECK_MESSAGE("not aligned");
     const void *view = (const void *)1;
     CHECK_STATUS(pinstage_buffer_download_into(buf, d, 64, NULL, &view), PINSTAGE_ERROR_INVALID_VALUE);
+    CHECK_MESSAGE("not aligned");
     CHECK(view == NULL);
     CHECK_EQ(emu->calls("cuMemcpyHtoDAsync") + emu->calls("cuMemcpyDtoHAsync"), copies);
     pinstage_stats st;
     pinstage_buffer_stats(buf, &st);
     CHECK_EQ(st.staged_transfers, 0);
-    CHECK_EQ(st.bytes_uploaded, 0);
+    CHECK_EQ(st.bytes_downloaded, 0);
+    CHECK_OK(pinstage_buffer_upload(buf, d, src, 64, NULL));
+    CHECK_OK(pinstage_buffer_download(buf, back, 64, d, NULL));
+    CHECK(memcmp(src, back, sizeof src) == 0);
     emu->set_pinned_alignment(0);
     pinstage_buffer_free(buf);
     /* 16-byte elements are fine in 16-aligned pinned memory. */
@@ -417,7 +425,7 @@ static void misaligned_pinned_memory_is_refused(void) {
     REQUIRE_OK(pinstage_buffer_create(&buf));
     pinstage_devbuf *d16;
     REQUIRE_OK(pinstage_devbuf_alloc(&d16, 256, 16, 16));
-    CHECK_OK(pinstage_buffer_upload(buf, d16, src, 256, NULL));
+    CHECK_OK(pinstage_buffer_download_into(buf, d16, 256, NULL, &view));
     emu->set_pinned_alignment(0);
     pinstage_buffer_free(buf);
     pinstage_devbuf_free(d16);

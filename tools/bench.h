@@ -19,6 +19,13 @@ typedef struct bench_driver {
     int (*stream_sync)(CUstream);
 } bench_driver;
 
+/* Settings the paths take from the command line. */
+typedef struct bench_settings {
+    pinstage_plan engine;       /* the "engine" path's fixed plan */
+    const pinstage_profile *profile; /* what "auto" follows: the default unless --profile */
+} bench_settings;
+extern bench_settings bench_config;
+
 /* Everything one (size, direction) cell's paths share. */
 typedef struct bench_cell {
     bench_direction direction;
@@ -69,6 +76,11 @@ typedef struct bench_context {
     size_t warmup, reps;
     double time_budget_s;
     char command[1024];
+    int sched;           /* the context's scheduling flags (0: auto) */
+    char host_alloc[16]; /* malloc, hugepages or small-pages */
+    char profile[512];   /* the profile "auto" followed */
+    char engine[64];     /* the engine path's settings */
+    int pool_workers;
 } bench_context;
 
 typedef enum { BENCH_TEXT, BENCH_CSV, BENCH_JSON } bench_format;

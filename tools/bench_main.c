@@ -2,6 +2,7 @@
  * Run `pinstage-bench --help` for usage. */
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -16,8 +17,16 @@ static const char usage[] =
     "                     default: the seed's shapes 112x112x3, 128x128x3, 640x640x3 f32\n"
     "  --sweep A:B        powers of two from A to B, e.g. 4K:256M\n"
     "  --direction D      h2d, d2h or both (default both)\n"
-    "  --paths LIST       comma-separated subset of: pageable,auto,staged,direct,resident,\n"
-    "                     pageable-async,fresh-pin,floor (default all)\n"
+    "  --paths LIST       comma-separated subset of: pageable,auto,staged,engine,direct,\n"
+    "                     pinned-host,resident,pageable-async,fresh-pin,floor (default all)\n"
+    "  --engine C:T       the engine path's chunk bytes and threads (0: all), default 1M:0\n"
+    "  --profile FILE     the profile \"auto\" follows (default: $PINSTAGE_PROFILE, else built-in)\n"
+    "  --calibrate FILE   measure this machine's profile, print it, save it to FILE; no benchmark\n"
+    "  --thorough         with --calibrate: every size to 256 MiB, more settings (several seconds)\n"
+    "  --pool-threads N   worker threads of the engine's pool (default: one per CPU, less one)\n"
+    "  --sched MODE       the context's scheduling: auto, spin, yield or blocking (default auto)\n"
+    "  --host-alloc MODE  pageable host memory: malloc (default), hugepages (2 MiB-aligned,\n"
+    "                     MADV_HUGEPAGE) or small-pages (MADV_NOHUGEPAGE); always written first\n"
     "  --reps N           timed calls per path and size (default 300)\n"
     "  --warmup N         untimed calls first (default 30)\n"
     "  --budget S         cap on seconds of timed calls per size and direction; fewer reps\n"
@@ -69,6 +78,22 @@ static int parse_size(const char *s, size_t *out) {
     if (errno || end == s || *end || v <= 0 || v * scale > 64.0 * 1024 * 1024 * 1024) return -1;
     *out = (size_t)(v * scale);
     return *out ? 0 : -1;
+}
+
+/* A whole non-negative integer, nothing after it. */
+static int parse_count(const char *s, unsigned long *out) {
+    char *end;
+    errno = 0;
+    if (*s < '0' || *s > '9') return -1;
+    *out = strtoul(s, &end, 10);
+    return errno || *end ? -1 : 0;
+}
+
+static int parse_seconds(const char *s, double *out) {
+    char *end;
+    errno = 0;
+    *out = strtod(s, &end);
+    return errno || end == s || *end || *out < 0 ? -1 : 0;
 }
 
 static double now_us(void) {
@@ -197,6 +222,29 @@ static int check_path(bench_cell *c, const bench_path *p, void **state, int *rea
     return 0;
 }
 
+/* How the pageable host memory is allocated. The driver's pageable path
+ * varies with the pages behind it (transparent huge pages or not), so the
+ * bench can measure each kind. */
+enum { HOST_MALLOC, HOST_HUGEPAGES, HOST_SMALL_PAGES };
+static int host_alloc = HOST_MALLOC;
+static const char *const host_alloc_names[] = {"malloc", "hugepages", "small-pages"};
+
+static unsigned char *host_memory(size_t bytes) {
+    void *p = NULL;
+    if (host_alloc == HOST_MALLOC) {
+        p = malloc(bytes);
+    } else {
+        size_t huge = (size_t)2 << 20, rounded = (bytes + huge - 1) / huge * huge;
+        if (posix_memalign(&p, huge, rounded)) return NULL;
+        madvise(p, rounded, host_alloc == HOST_HUGEPAGES ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+    }
+    /* Written, as the memory a program passes has been. */
+    if (p) memset(p, 0x11, bytes);
+    return p;
+}
+
+/* Paths one run measures (a name may be given more than once). */
+#define MAX_PATHS 32
 /* Timed calls are split into this many blocks per path, alternating. */
 #define PASSES 3
 /* Untimed calls at the start of each block. */
@@ -211,9 +259,9 @@ typedef struct {
 /* Measures the chosen paths for one size and direction. */
 static int measure_cell(bench_cell *c, const bench_path **paths, size_t npaths, const run_options *o,
                         const char *label, bench_result *out) {
-    void *state[16] = {0};
-    int ready[16] = {0};
-    double *samples[16] = {0};
+    void *state[MAX_PATHS] = {0};
+    int ready[MAX_PATHS] = {0};
+    double *samples[MAX_PATHS] = {0};
     unsigned char *scratch = malloc(c->bytes);
     int rc = 0;
     if (!scratch) return fail("out of host memory");
@@ -242,7 +290,7 @@ static int measure_cell(bench_cell *c, const bench_path **paths, size_t npaths, 
      * pays for it in the next call of its own path, not in another path's.
      * The blocks alternate over PASSES passes so drift affects all paths; the
      * first calls of a block, which follow another path, are not timed. */
-    size_t taken[16] = {0};
+    size_t taken[MAX_PATHS] = {0};
     for (size_t pass = 0; pass < PASSES && !rc; pass++)
         for (size_t p = 0; p < npaths && !rc; p++) {
             size_t block = reps / PASSES + (pass < reps % PASSES);
@@ -286,6 +334,9 @@ int main(int argc, char **argv) {
     size_t nsizes = 0;
     int directions = 3, device = 0, emulate = 0;
     const char *paths_arg = NULL, *output = NULL, *json_output = NULL, *driver = NULL;
+    const char *profile_path = NULL, *calibrate_path = NULL;
+    int thorough = 0, sched = -1;
+    long pool_threads = -1;
     bench_format format = BENCH_TEXT;
     run_options o = {300, 30, 3.0, 0};
     bench_context ctx;
@@ -332,17 +383,59 @@ int main(int argc, char **argv) {
             paths_arg = v;
         } else if (!strcmp(a, "--reps")) {
             NEEDS_VALUE();
-            o.reps = strtoul(v, NULL, 10);
-            if (o.reps < 1) return fail("--reps must be at least 1");
+            unsigned long n;
+            if (parse_count(v, &n) || n < 1) return fail("--reps takes a whole number of at least 1");
+            o.reps = n;
         } else if (!strcmp(a, "--warmup")) {
             NEEDS_VALUE();
-            o.warmup = strtoul(v, NULL, 10);
+            unsigned long n;
+            if (parse_count(v, &n)) return fail("--warmup takes a whole number");
+            o.warmup = n;
         } else if (!strcmp(a, "--budget")) {
             NEEDS_VALUE();
-            o.budget_s = atof(v);
+            if (parse_seconds(v, &o.budget_s)) return fail("--budget takes seconds, e.g. 2 or 0.5");
         } else if (!strcmp(a, "--device")) {
             NEEDS_VALUE();
-            device = atoi(v);
+            unsigned long n;
+            if (parse_count(v, &n) || n > 1024) return fail("--device takes a device number");
+            device = (int)n;
+        } else if (!strcmp(a, "--engine")) {
+            NEEDS_VALUE();
+            char chunk[64];
+            unsigned long threads;
+            size_t bytes = 0;
+            if (sscanf(v, "%63[^:]:", chunk) != 1 || !strchr(v, ':') ||
+                (strcmp(chunk, "0") && parse_size(chunk, &bytes)) || parse_count(strchr(v, ':') + 1, &threads) ||
+                threads > 4096)
+                return fail("--engine takes CHUNK:THREADS, e.g. 1M:0 or 256K:8");
+            bench_config.engine.chunk = bytes;
+            bench_config.engine.threads = (unsigned)threads;
+        } else if (!strcmp(a, "--profile")) {
+            NEEDS_VALUE();
+            profile_path = v;
+        } else if (!strcmp(a, "--calibrate")) {
+            NEEDS_VALUE();
+            calibrate_path = v;
+        } else if (!strcmp(a, "--thorough")) {
+            thorough = 1;
+        } else if (!strcmp(a, "--pool-threads")) {
+            NEEDS_VALUE();
+            unsigned long n;
+            if (parse_count(v, &n) || n > 255) return fail("--pool-threads takes 0-255");
+            pool_threads = (long)n;
+        } else if (!strcmp(a, "--sched")) {
+            NEEDS_VALUE();
+            if (!strcmp(v, "auto")) sched = 0;
+            else if (!strcmp(v, "spin")) sched = 1;
+            else if (!strcmp(v, "yield")) sched = 2;
+            else if (!strcmp(v, "blocking")) sched = 4;
+            else return fail("--sched takes auto, spin, yield or blocking");
+        } else if (!strcmp(a, "--host-alloc")) {
+            NEEDS_VALUE();
+            if (!strcmp(v, "malloc")) host_alloc = HOST_MALLOC;
+            else if (!strcmp(v, "hugepages")) host_alloc = HOST_HUGEPAGES;
+            else if (!strcmp(v, "small-pages")) host_alloc = HOST_SMALL_PAGES;
+            else return fail("--host-alloc takes malloc, hugepages or small-pages");
         } else if (!strcmp(a, "--format")) {
             NEEDS_VALUE();
             if (!strcmp(v, "text")) format = BENCH_TEXT;
@@ -372,7 +465,7 @@ int main(int argc, char **argv) {
         nsizes = 3;
     }
 
-    const bench_path *paths[16];
+    const bench_path *paths[MAX_PATHS];
     size_t npaths = 0;
     if (paths_arg) {
         char copy[512];
@@ -385,6 +478,7 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "pinstage-bench: unknown path '%s'\n", t);
                 return 2;
             }
+            if (npaths == MAX_PATHS) return fail("at most 32 paths in --paths");
             paths[npaths++] = &bench_paths[k];
         }
     } else {
@@ -415,7 +509,43 @@ int main(int argc, char **argv) {
     ctx.reps = o.reps;
     ctx.warmup = o.warmup;
     ctx.time_budget_s = o.budget_s;
+    if (sched >= 0) {
+        /* The primary context's scheduling mode, set before it is made current. */
+        int (*set_flags)(int, unsigned) = NULL;
+        if ((s = pinstage_driver_get_proc("cuDevicePrimaryCtxSetFlags", 11000, (void **)&set_flags)) ||
+            (s = (pinstage_status)set_flags(device, (unsigned)sched)))
+            return driver_fail("--sched", s);
+    }
     if ((s = pinstage_context_init(device))) return driver_fail("device", s);
+    if (pool_threads >= 0 && (s = pinstage_pool_set_threads((unsigned)pool_threads))) return driver_fail("--pool-threads", s);
+    if (calibrate_path) {
+        pinstage_profile *measured;
+        double start = now_us();
+        if ((s = pinstage_profile_calibrate(&measured, thorough))) return driver_fail("calibration", s);
+        double seconds = (now_us() - start) / 1e6;
+        size_t len = pinstage_profile_describe(measured, NULL, 0);
+        char *text = malloc(len + 1);
+        if (text) {
+            pinstage_profile_describe(measured, text, len + 1);
+            fputs(text, stdout);
+            free(text);
+        }
+        printf("# calibrated in %.2f s (%s)\n", seconds, thorough ? "thorough" : "default");
+        s = pinstage_profile_save(measured, calibrate_path);
+        pinstage_profile_free(measured);
+        if (s) return driver_fail("saving the profile", s);
+        return 0;
+    }
+    pinstage_profile *loaded = NULL;
+    if (profile_path && (s = pinstage_profile_load(&loaded, profile_path))) return driver_fail("--profile", s);
+    bench_config.profile = loaded;
+    ctx.sched = sched < 0 ? 0 : sched;
+    snprintf(ctx.host_alloc, sizeof ctx.host_alloc, "%s", host_alloc_names[host_alloc]);
+    snprintf(ctx.profile, sizeof ctx.profile, "%s", profile_path ? profile_path : getenv("PINSTAGE_PROFILE") ? getenv("PINSTAGE_PROFILE") : "built-in");
+    snprintf(ctx.engine, sizeof ctx.engine, "chunk %zu, threads %u", bench_config.engine.chunk, bench_config.engine.threads);
+    pinstage_pool_info pool;
+    pinstage_pool_get_info(&pool);
+    ctx.pool_workers = (int)pool.workers;
     describe_machine(&ctx, device);
 
     bench_driver drv;
@@ -441,7 +571,7 @@ int main(int argc, char **argv) {
             if (!o.quiet)
                 fprintf(stderr, "[%zu/%zu] %s %zu bytes\n", done / npaths + 1, total / npaths,
                         bench_direction_name(cell.direction), cell.bytes);
-            cell.host = malloc(cell.bytes);
+            cell.host = host_memory(cell.bytes);
             if (!cell.host) {
                 rc = fail("out of host memory");
                 break;
@@ -479,5 +609,6 @@ int main(int argc, char **argv) {
         }
     }
     free(results);
+    pinstage_profile_free(loaded);
     return rc;
 }

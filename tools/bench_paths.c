@@ -13,26 +13,44 @@ static pinstage_status pageable_run(bench_cell *c, void *state) {
                                      : pinstage_devbuf_copy_to_host(c->device, c->host, c->bytes);
 }
 
-/* upload / download with a chosen threshold. */
-static pinstage_status buffer_setup(void **state, size_t threshold) {
+bench_settings bench_config = {{PINSTAGE_ROUTE_ENGINE, 1u << 20, 0}, NULL};
+
+/* upload / download with a chosen threshold or route. */
+static pinstage_status buffer_setup(void **state, size_t threshold, const pinstage_profile *profile) {
     pinstage_buffer *buf;
     pinstage_status s = pinstage_buffer_create(&buf);
     if (s) return s;
     pinstage_buffer_set_auto_stage_max_bytes(buf, threshold);
+    if (profile && (s = pinstage_buffer_set_profile(buf, profile))) {
+        pinstage_buffer_free(buf);
+        return s;
+    }
     *state = buf;
     return PINSTAGE_SUCCESS;
 }
+static pinstage_status fixed_setup(void **state, int route, size_t chunk, unsigned threads) {
+    pinstage_profile *fixed;
+    pinstage_status s = pinstage_profile_fixed(&fixed, route, chunk, threads);
+    if (s) return s;
+    s = buffer_setup(state, PINSTAGE_AUTO_STAGE_PROFILE, fixed);
+    pinstage_profile_free(fixed);
+    return s;
+}
 static pinstage_status auto_setup(bench_cell *c, void **state) {
     (void)c;
-    return buffer_setup(state, PINSTAGE_DEFAULT_AUTO_STAGE_MAX_BYTES);
+    return buffer_setup(state, PINSTAGE_AUTO_STAGE_PROFILE, bench_config.profile);
 }
 static pinstage_status staged_setup(bench_cell *c, void **state) {
     (void)c;
-    return buffer_setup(state, SIZE_MAX);
+    return fixed_setup(state, PINSTAGE_ROUTE_STAGED, 0, 1);
+}
+static pinstage_status engine_setup(bench_cell *c, void **state) {
+    (void)c;
+    return fixed_setup(state, PINSTAGE_ROUTE_ENGINE, bench_config.engine.chunk, bench_config.engine.threads);
 }
 static pinstage_status direct_setup(bench_cell *c, void **state) {
     (void)c;
-    return buffer_setup(state, 0);
+    return buffer_setup(state, 0, NULL);
 }
 static pinstage_status slice_run(bench_cell *c, void *state) {
     return c->direction == BENCH_H2D
@@ -42,6 +60,43 @@ static pinstage_status slice_run(bench_cell *c, void *state) {
 static void buffer_teardown(bench_cell *c, void *state) {
     (void)c;
     pinstage_buffer_free(state);
+}
+
+/* pinned-host: upload / download of memory the caller page-locked itself
+ * (a PyTorch pinned tensor, a decoder's frame pool). */
+typedef struct {
+    pinstage_buffer *buf;
+    void *pinned;
+    int first;
+} pinned_host_state;
+
+static pinstage_status pinned_host_setup(bench_cell *c, void **state) {
+    pinned_host_state *p = calloc(1, sizeof *p);
+    if (!p) return PINSTAGE_ERROR_OUT_OF_MEMORY;
+    pinstage_status s = c->driver->alloc_host(&p->pinned, c->bytes);
+    if (!s && (s = pinstage_buffer_create(&p->buf))) c->driver->free_host(p->pinned);
+    if (s) {
+        free(p);
+        return s;
+    }
+    memcpy(p->pinned, c->host, c->bytes);
+    p->first = 1;
+    *state = p;
+    return PINSTAGE_SUCCESS;
+}
+static pinstage_status pinned_host_run(bench_cell *c, void *state) {
+    pinned_host_state *p = state;
+    if (c->direction == BENCH_H2D) return pinstage_buffer_upload(p->buf, c->device, p->pinned, c->bytes, c->stream);
+    pinstage_status s = pinstage_buffer_download(p->buf, p->pinned, c->bytes, c->device, c->stream);
+    if (!s && p->first) memcpy(c->host, p->pinned, c->bytes); /* only for the correctness check */
+    p->first = 0;
+    return s;
+}
+static void pinned_host_teardown(bench_cell *c, void *state) {
+    pinned_host_state *p = state;
+    pinstage_buffer_free(p->buf);
+    c->driver->free_host(p->pinned);
+    free(p);
 }
 
 /* resident: upload_with / download_into. The producer's work is not transfer
@@ -164,9 +219,11 @@ static void no_teardown(bench_cell *c, void *state) { (void)c, (void)state; }
 
 const bench_path bench_paths[] = {
     {"pageable", "copy_from_host / copy_to_host: the driver's pageable path", no_setup, pageable_run, no_teardown},
-    {"auto", "upload / download, default threshold", auto_setup, slice_run, buffer_teardown},
-    {"staged", "upload / download, threshold SIZE_MAX: always through pinned memory", staged_setup, slice_run, buffer_teardown},
+    {"auto", "upload / download as the profile chooses (--profile, else built-in)", auto_setup, slice_run, buffer_teardown},
+    {"staged", "upload / download, route staged: one memcpy through pinned memory", staged_setup, slice_run, buffer_teardown},
+    {"engine", "upload / download, route engine at the --engine settings", engine_setup, slice_run, buffer_teardown},
     {"direct", "upload / download, threshold 0: always the pageable path", direct_setup, slice_run, buffer_teardown},
+    {"pinned-host", "upload / download of page-locked host memory: straight DMA", pinned_host_setup, pinned_host_run, pinned_host_teardown},
     {"resident", "upload_with / download_into", resident_setup, resident_run, resident_teardown},
     {"pageable-async", "async copy from/into pageable memory + sync (raw driver)", no_setup, pageable_async_run, no_teardown},
     {"fresh-pin", "cuMemAllocHost + copy + cuMemFreeHost every call (raw driver)", no_setup, fresh_run, no_teardown},

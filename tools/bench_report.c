@@ -29,6 +29,10 @@ static const bench_result *find(const bench_result *r, size_t n, bench_direction
     return NULL;
 }
 
+static const char *sched_name(int sched) {
+    return sched == 1 ? "spin" : sched == 2 ? "yield" : sched == 4 ? "blocking-sync" : "auto";
+}
+
 static void text_context(FILE *out, const bench_context *c) {
     fprintf(out, "# pinstage-bench %s: host<->device transfer paths, side by side\n", c->library_version);
     if (c->emulated)
@@ -39,6 +43,8 @@ static void text_context(FILE *out, const bench_context *c) {
     fprintf(out, "# host: %s, %d cores\n", c->host_cpu, c->host_cores);
     fprintf(out, "# date: %s\n", c->date);
     fprintf(out, "# command: %s\n", c->command);
+    fprintf(out, "# setup: context scheduling %s, host memory %s, auto follows %s, engine path %s, pool %d workers\n",
+            sched_name(c->sched), c->host_alloc, c->profile, c->engine, c->pool_workers);
     fprintf(out, "# method: median of up to %zu calls (fewer past a %.1f s budget per size) after %zu warm-up calls;\n"
                  "#   wall clock around each whole synchronous call; each path in blocks of consecutive calls,\n"
                  "#   the blocks of all paths alternating in 3 passes\n",
@@ -58,7 +64,7 @@ static void text_report(FILE *out, const bench_context *c, const bench_result *r
     int seed_table = 0;
     for (size_t i = 0; i < n; i++) seed_table |= !strcmp(r[i].path->name, "pageable");
     if (seed_table) {
-        const char *cols[] = {"auto", "staged", "resident", "floor"};
+        const char *cols[] = {"auto", "engine", "resident", "floor"};
         fprintf(out, "\n%-24s %10s %10s", "transfer", "size", "pageable");
         for (size_t k = 0; k < 4; k++) fprintf(out, " %18s", cols[k]);
         fprintf(out, "\n");
@@ -118,6 +124,13 @@ static void json_report(FILE *out, const bench_context *c, const bench_result *r
     fprintf(out, "    \"method\": \"wall clock around each whole synchronous call; median; paths in alternating blocks\",\n");
     fprintf(out, "    \"command\": ");
     json_string(out, c->command);
+    fprintf(out, ",\n    \"sched\": \"%s\",\n    \"host_alloc\": ", sched_name(c->sched));
+    json_string(out, c->host_alloc);
+    fprintf(out, ",\n    \"profile\": ");
+    json_string(out, c->profile);
+    fprintf(out, ",\n    \"engine\": ");
+    json_string(out, c->engine);
+    fprintf(out, ",\n    \"pool_workers\": %d", c->pool_workers);
     fprintf(out, "\n  },\n  \"results\": [\n");
     for (size_t i = 0; i < n; i++) {
         fprintf(out, "    {\"direction\": \"%s\", \"bytes\": %zu, \"label\": ", bench_direction_name(r[i].direction),

@@ -1,0 +1,34 @@
+/* The copy engine behind upload / download of ordinary memory: the transfer
+ * is cut into chunks that flow through up to PS_ENGINE_SLOTS slots of the
+ * buffer's pinned memory, each slot guarded by an event. While the DMA of
+ * chunk k runs, the pool copies chunk k+1 into the next free slot (downloads
+ * mirror it: the DMA of chunk k+1 runs while chunk k is copied out). */
+#ifndef PINSTAGE_ENGINE_H
+#define PINSTAGE_ENGINE_H
+
+#include "driver.h"
+#include "policy.h"
+#include "pool.h"
+
+/* The pinned memory and events a transfer may use. */
+typedef struct ps_stage {
+    unsigned char *pinned; /* at least ps_engine_footprint() bytes */
+    CUevent *events;       /* PS_ENGINE_SLOTS created events */
+} ps_stage;
+
+/* Pinned bytes a transfer of `bytes` needs under `plan`: at most
+ * PS_ENGINE_SLOTS * PS_ENGINE_MAX_CHUNK, whatever the transfer's size. */
+size_t ps_engine_footprint(size_t bytes, const ps_plan *plan);
+
+/* Moves `bytes` between ordinary host memory and the device through the
+ * stage, ordered after the work queued on `stream`, landed on return. On
+ * failure, *in_flight says whether a DMA may still touch the pinned memory
+ * (the waits that would tell failed too): then it must never be reused. */
+pinstage_status ps_engine_h2d(const ps_driver *d, ps_pool *pool, const ps_stage *stage, CUdeviceptr dst,
+                              const void *src, size_t bytes, CUstream stream, const ps_plan *plan,
+                              int *in_flight, const char *caller);
+pinstage_status ps_engine_d2h(const ps_driver *d, ps_pool *pool, const ps_stage *stage, void *dst,
+                              CUdeviceptr src, size_t bytes, CUstream stream, const ps_plan *plan,
+                              int *in_flight, const char *caller);
+
+#endif

@@ -1,0 +1,65 @@
+/* Which path an upload / download of ordinary memory takes, and with which
+ * chunk size and thread count: a machine profile (measured by calibrate.c,
+ * loaded from a file, or the built-in defaults) looked up by direction and
+ * size class, overridden by a buffer's explicit threshold. */
+#ifndef PINSTAGE_POLICY_H
+#define PINSTAGE_POLICY_H
+
+#include <stddef.h>
+
+#include "pinstage.h"
+
+/* Size classes: powers of two from 4 KiB to 256 MiB. A transfer uses the
+ * class nearest its size on a log scale; sizes outside use the end classes. */
+#define PS_CLASS_MIN_LOG2 12
+#define PS_CLASSES 17
+
+/* The engine's pinned footprint: at most this many slots of at most this
+ * many bytes, so a transfer of any size pins at most 32 MiB. */
+#define PS_ENGINE_SLOTS 4
+#define PS_ENGINE_MAX_CHUNK ((size_t)8 << 20)
+
+typedef enum ps_direction { PS_H2D = 0, PS_D2H = 1 } ps_direction;
+
+/* A route, and for the staging routes the chunk size (0: the whole
+ * transfer, capped at PS_ENGINE_MAX_CHUNK) and the threads sharing each
+ * chunk's host copy, the caller included (0: all). */
+typedef pinstage_plan ps_plan;
+
+typedef struct ps_class_plan {
+    ps_plan best;    /* fastest measured path */
+    ps_plan staging; /* fastest path through pinned memory (what a threshold keeps) */
+    double us_best, us_staging, us_pageable; /* medians measured; 0 where not measured */
+} ps_class_plan;
+
+struct pinstage_profile {
+    char device_name[256];
+    char pci_bus_id[32];
+    int driver_version;
+    unsigned host_threads; /* threads the measuring process had (pool workers + caller) */
+    int origin;            /* PINSTAGE_PROFILE_BUILTIN / _MEASURED / _FIXED */
+    ps_class_plan classes[2][PS_CLASSES];
+};
+
+/* The size class of `bytes`. */
+unsigned ps_size_class(size_t bytes);
+size_t ps_class_bytes(unsigned cls);
+
+/* The plan for one transfer. `threshold` is the buffer's explicit setting,
+ * or PINSTAGE_AUTO_STAGE_PROFILE to follow the profile. */
+ps_plan ps_choose_plan(const pinstage_profile *profile, ps_direction dir, size_t bytes, size_t threshold);
+
+/* The profile buffers follow unless given their own: the one set with
+ * pinstage_profile_set_default, else the file $PINSTAGE_PROFILE names (read
+ * on first use; refused files leave a warning on stderr), else built-in. */
+const pinstage_profile *ps_profile_default(void);
+
+/* The built-in table, measured on an H200 machine. */
+void ps_profile_builtin(pinstage_profile *p);
+
+/* Fills in the machine a measured profile describes: the current context's
+ * GPU, its PCI bus id and the driver version. */
+struct ps_driver;
+pinstage_status ps_profile_stamp(pinstage_profile *p, const struct ps_driver *d, const char *caller);
+
+#endif
