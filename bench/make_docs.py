@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Writes docs/benchmarks.md from one gpu-check --full run.
 
-usage: make_docs.py SEED.json SWEEP.json PEERS.json PEERS_SWEEP.json OUT.md
+usage: make_docs.py RESULTS_DIR OUT.md
+
+RESULTS_DIR holds what gpu-check --full wrote: seed.json, sweep.json,
+peers.json, peers_sweep.json, blocking.json, hostalloc_*.json, profile.txt,
+calibrate.txt.
 
 The figures and commands all come from the JSON files' context objects;
 nothing here is typed in by hand.
@@ -40,20 +44,80 @@ def human(b):
     return f"{b} B"
 
 
+def targets(s, w, p, pw, blocking):
+    """The copy engine's targets, each computed from paths of one run."""
+    out = []
+    def ratio(t, d, b, k):
+        r, base = t.get((d, b, k)), t.get((d, b, "pageable"))
+        return base["median_us"] / r["median_us"] if r and base else None
+    def floor_frac(t, d, b, k):
+        r, f = t.get((d, b, k)), t.get((d, b, "resident"))
+        return f["median_us"] / r["median_us"] if r and f else None
+    for k, what in (("auto", "after calibration"), ("builtin", "built-in profile")):
+        worst = [(ratio(w, d, b, k), d, b) for (d, b, kk) in w if kk == k and ratio(w, d, b, k)]
+        if worst:
+            r, d, b = min(worst)
+            out.append(f"| upload / download {what}, worst cell of the 4 KiB-256 MiB sweep | >= 0.97x pageable | "
+                       f"{r:.2f}x ({d.upper()} {human(b)}) |")
+    for d in ("h2d", "d2h"):
+        for k in ("auto", "builtin"):
+            r = ratio(s, d, 4915200, k)
+            if r:
+                out.append(f"| {d.upper()} 4.7 MiB, {k} | >= 1.9x pageable | {r:.2f}x |")
+    for d, want in (("h2d", 1.25), ("d2h", 1.5)):
+        for b in (150528, 196608):
+            r = ratio(s, d, b, "auto")
+            if r:
+                out.append(f"| {d.upper()} {human(b)}, auto | >= {want}x pageable | {r:.2f}x |")
+    for d in ("h2d", "d2h"):
+        for b, want in ((64 << 20, 0.75), (128 << 20, 0.75), (256 << 20, 0.75), (16 << 20, 0.55)):
+            r = floor_frac(w, d, b, "auto")
+            if r:
+                out.append(f"| {d.upper()} {human(b)}, auto bandwidth / resident bandwidth | >= {want:.2f} | {r:.2f} |")
+    for d in ("h2d", "d2h"):
+        for b in (4915200, 64 << 20):
+            own = s if (d, b, "auto") in s else w
+            peer = p.get((d, b, "torch-copy-in")) or pw.get((d, b, "torch-copy-in"))
+            if peer and own.get((d, b, "auto")):
+                a = own[(d, b, "auto")]["median_us"]
+                out.append(f"| {d.upper()} {human(b)}: auto vs PyTorch pinned copy-in/out | faster | "
+                           f"{a:.1f} vs {peer['median_us']:.1f} µs |")
+    for d in ("h2d", "d2h"):
+        for b in sorted({bb for (dd, bb, k) in w if dd == d}):
+            ph, res = w.get((d, b, "pinned-host")), w.get((d, b, "resident"))
+            if ph and res and b in (150528, 4915200, 64 << 20):
+                out.append(f"| {d.upper()} {human(b)}: page-locked host memory vs resident | within 5% | "
+                           f"{ph['median_us'] / res['median_us']:.3f} |")
+    bl = index(blocking) if blocking else {}
+    for d in ("h2d", "d2h"):
+        r, base = bl.get((d, 150528, "resident")), s.get((d, 150528, "resident"))
+        if r and base:
+            out.append(f"| {d.upper()} 147 KiB resident, blocking-sync context vs default | within 10% | "
+                       f"{r['median_us']:.1f} vs {base['median_us']:.1f} µs ({r['median_us'] / base['median_us']:.3f}) |")
+    return out
+
+
 def main():
-    seed, sweep, peers, peers_sweep, out = sys.argv[1:6]
-    seed, sweep, peers, peers_sweep = load(seed), load(sweep), load(peers), load(peers_sweep)
+    folder, out = sys.argv[1:3]
+    f = lambda name: f"{folder}/{name}"
+    seed, sweep, peers, peers_sweep = (load(f(n)) for n in ("seed.json", "sweep.json", "peers.json", "peers_sweep.json"))
+    blocking = load(f("blocking.json"))
+    hostalloc = [load(f(f"hostalloc_{m}.json")) for m in ("malloc", "hugepages", "small-pages")]
+    profile = open(f("profile.txt")).read()
+    calib_note = open(f("calibrate.txt")).read().strip().splitlines()[-1]
     ctx = seed["context"]
     s, w, p, pw = index(seed), index(sweep), index(peers), index(peers_sweep)
     lines = []
     add = lines.append
     add("# Benchmarks\n")
     add("Every figure on this page was produced by one run of `scripts/gpu-check --full` on the lent GPU")
-    add("machine; regenerate it with that command. Each cell is the median wall-clock time of one whole")
-    add("synchronous call. Each path runs in blocks of consecutive calls, as a pipeline calls it, and the blocks of all")
-    add("paths of one size and direction alternate in three passes, so they are compared side by side.")
-    add("Ratios are pageable median / path median: above 1 is faster than the driver's pageable path.")
-    add("These machines are shared and noisy: compare within a table, not across runs.\n")
+    add("machine; regenerate it with that command. The JSON behind every table is in docs/benchmarks/.")
+    add("Each cell is the median wall-clock time of one whole synchronous call. Each path runs in blocks of")
+    add("consecutive calls, as a pipeline calls it, and the blocks of all paths of one size and direction")
+    add("alternate in three passes, so they are compared side by side. Ratios are pageable median / path")
+    add("median: above 1 is faster than the driver's pageable path. These machines are shared and noisy:")
+    add("compare within a table, not across runs; at large sizes compare against `resident` (the DMA floor)")
+    add("of the same run as well, since the driver's pageable path varies from run to run.\n")
     if ctx.get("emulated"):
         add("**EMULATED DRIVER: the figures below are not GPU figures.**\n")
     add("## Machine\n")
@@ -61,58 +125,68 @@ def main():
         f"PCIe link {ctx['pcie_link']}, {ctx['copy_engines']} copy engines")
     dv = ctx["driver_version"]
     add(f"- driver: CUDA {dv // 1000}.{dv % 1000 // 10} ({ctx['driver_path']})")
-    add(f"- host: {ctx['host_cpu']}, {ctx['host_cores']} cores")
+    add(f"- host: {ctx['host_cpu']}, {ctx['host_cores']} cores; engine pool: {ctx['pool_workers']} workers + the caller")
     add(f"- pinstage {ctx['library_version']}; peers: {peers['context']['library_version']}")
     add(f"- date: {ctx['date']}\n")
+    add("Paths: `pageable` the driver's own pageable copy (cuMemcpyHtoD/DtoH); `auto` upload / download with")
+    add("the profile calibrated in this run; `builtin` the same with the built-in profile (no calibration);")
+    add("`staged` one memcpy through pinned memory (the seed's staging); `engine` the copy engine at fixed")
+    add("settings; `pinned-host` upload / download of memory the caller page-locked; `resident` upload_with /")
+    add("download_into; `floor` the raw driver's async copy from reused pinned memory plus a sync.\n")
     add("## The seed's table on this machine\n")
     add(f"Command: `{command(ctx)}`\n")
-    add("| transfer | bytes | pageable | auto (upload/download) | staged (copy-in) | resident (upload_with / download_into) | floor (raw driver) | fresh pin per call |")
-    add("|---|---:|---:|---:|---:|---:|---:|---:|")
+    cols = ("auto", "builtin", "staged", "engine", "pinned-host", "resident", "floor")
+    add("| transfer | bytes | pageable | " + " | ".join(cols) + " |")
+    add("|---|---:|---:|" + "---:|" * len(cols))
     sizes = sorted({r["bytes"] for r in seed["results"]})
     for d in ("h2d", "d2h"):
         for b in sizes:
             lab = next((r["label"] for r in seed["results"] if r["bytes"] == b), "")
             row = [f"{d.upper()} {lab}", f"{b:,}", cell(s.get((d, b, "pageable")))]
-            row += [ratio_cell(s.get((d, b, k))) for k in ("auto", "staged", "resident", "floor", "fresh-pin")]
+            row += [ratio_cell(s.get((d, b, k))) for k in cols]
             add("| " + " | ".join(row) + " |")
     add("")
-    add("Library overhead, resident over the raw floor (same run):\n")
-    add("| transfer | resident | floor | resident / floor |")
-    add("|---|---:|---:|---:|")
-    for d in ("h2d", "d2h"):
-        for b in sizes:
-            r, f = s.get((d, b, "resident")), s.get((d, b, "floor"))
-            if r and f:
-                add(f"| {d.upper()} {human(b)} | {r['median_us']:.1f} µs | {f['median_us']:.1f} µs | "
-                    f"{r['median_us'] / f['median_us']:.3f} |")
+    add("## Targets of the copy engine, from these runs\n")
+    add("| target | wanted | measured |")
+    add("|---|---|---|")
+    for line in targets(s, w, p, pw, blocking):
+        add(line)
     add("")
-    add("## What these runs show\n")
-    dev = [abs(r["median_us"] / table[(d, b, "floor")]["median_us"] - 1)
-           for table in (s, w) for (d, b, k), r in table.items()
-           if k == "resident" and (d, b, "floor") in table]
-    if dev:
-        add(f"- `upload_with` / `download_into` (resident) stayed within {100 * max(dev):.1f}% of the raw driver")
-        add(f"  floor in every cell measured ({len(dev)} size x direction cells, both tables).")
-    for d in ("h2d", "d2h"):
-        wins = sorted(b for (dd, b, k), r in w.items() if dd == d and k == "staged"
-                      and (d, b, "direct") in w and r["median_us"] < w[(d, b, "direct")]["median_us"])
-        add(f"- {d.upper()}: staging a pageable slice through pinned memory (one-thread memcpy) was faster than")
-        add(f"  the driver's pageable path (`direct`) in the sweep at: {', '.join(human(b) for b in wins) or 'no size'}.")
+    add(f"Blocking-sync context: `{command(blocking['context'])}`.")
+    add("One second after the last transfer the process uses no CPU: tests/test_pool.c measures it (under 20 ms")
+    add("of CPU in 300 ms idle) on the GPU machine and in CI. Pinned memory held for a 256 MiB transfer through")
+    add("the engine: at most 32 MiB, asserted by tests/test_engine.c on the GPU machine.\n")
+    add("## The calibrated profile\n")
+    add(f"`{calib_note.lstrip('# ')}`; the table `pinstage-bench --calibrate FILE` printed and saved:\n")
+    add("```")
+    add(profile.rstrip())
+    add("```\n")
+    add("## Why the driver's pageable path varies\n")
+    add("The same 64 MiB pageable copy, with the host memory allocated three ways (each written first), one")
+    add("run each, `pinstage-bench --host-alloc MODE --sizes 64M --paths pageable,auto,resident`:\n")
+    add("| host memory | H2D pageable | H2D auto | D2H pageable | D2H auto |")
+    add("|---|---:|---:|---:|---:|")
+    for doc in hostalloc:
+        t = index(doc)
+        add(f"| {doc['context']['host_alloc']} | {cell(t.get(('h2d', 64 << 20, 'pageable')))} | "
+            f"{cell(t.get(('h2d', 64 << 20, 'auto')))} | {cell(t.get(('d2h', 64 << 20, 'pageable')))} | "
+            f"{cell(t.get(('d2h', 64 << 20, 'auto')))} |")
     add("")
     add("## Sweep\n")
     add(f"Command: `{command(sweep['context'])}`\n")
-    paths = ["pageable", "auto", "staged", "direct", "resident", "pageable-async", "floor", "fresh-pin"]
+    paths = ["pageable", "auto", "builtin", "staged", "pinned-host", "resident"]
     for d in ("h2d", "d2h"):
-        add(f"{d.upper()}, median µs (ratio to pageable):\n")
-        add("| bytes | " + " | ".join(paths) + " | floor GB/s |")
-        add("|---:|" + "---:|" * (len(paths) + 1))
+        add(f"{d.upper()}, median µs (ratio to pageable), and auto's bandwidth as a fraction of resident's:\n")
+        add("| bytes | " + " | ".join(paths) + " | auto / resident | resident GB/s |")
+        add("|---:|" + "---:|" * (len(paths) + 2))
         for b in sorted({r["bytes"] for r in sweep["results"]}):
             row = [human(b)]
             for k in paths:
                 rec = w.get((d, b, k))
                 row.append(cell(rec) if k == "pageable" else ratio_cell(rec))
-            fl = w.get((d, b, "floor"))
-            row.append(f"{fl['gbps']:.1f}" if fl else "-")
+            a, res = w.get((d, b, "auto")), w.get((d, b, "resident"))
+            row.append(f"{res['median_us'] / a['median_us']:.2f}" if a and res else "-")
+            row.append(f"{res['gbps']:.1f}" if res else "-")
             add("| " + " | ".join(row) + " |")
         add("")
         add(f"![{d} time](benchmarks/time_{d}.png)\n")
@@ -138,9 +212,10 @@ def main():
     add("`pinstage-bench --format json` and `bench/peers.py` write one object:")
     add("`schema` (\"pinstage-bench/1\"), `context` (tool, library_version, date, device, compute_capability,")
     add("pci_bus_id, pcie_link, copy_engines, driver_version, driver_path, emulated, host_cpu, host_cores,")
-    add("reps, warmup, budget_s, method, command) and `results`, one record per path x size x direction:")
-    add("direction (h2d|d2h), bytes, label, path, reps, median_us, min_us, p10_us, p90_us, gbps (1e9 bytes/s at")
-    add("the median), ratio_vs_pageable, emulated. `--format csv` has the record fields as columns, in that order.")
+    add("reps, warmup, budget_s, method, command; pinstage-bench adds sched, host_alloc, profile, engine,")
+    add("pool_workers) and `results`, one record per path x size x direction: direction (h2d|d2h), bytes,")
+    add("label, path, reps, median_us, min_us, p10_us, p90_us, gbps (1e9 bytes/s at the median),")
+    add("ratio_vs_pageable, emulated. `--format csv` has the record fields as columns, in that order.")
     add("tests/check_bench_output.py checks both.\n")
     open(out, "w").write("\n".join(lines) + "\n")
     return 0

@@ -434,8 +434,10 @@ typedef struct pinstage_plan {
     unsigned threads;
 } pinstage_plan;
 
-/* A machine profile: for each direction and size class (powers of two from
- * 4 KiB to 256 MiB; a transfer uses the nearest class on a log scale), the
+/* A machine profile: for each direction and size class (4 KiB to 256 MiB in
+ * half-octaves: 4, 6, 8, 12, 16, 24 KiB...; a transfer uses the nearest
+ * class on a log scale, a chunk smaller than its class scaled to the
+ * transfer's size), the
  * fastest route overall and the fastest staging route, with the times
  * measured. Every buffer follows the process default profile unless given
  * its own: the one set with pinstage_profile_set_default, else the file
@@ -453,10 +455,11 @@ typedef struct pinstage_profile pinstage_profile;
 /* Measures this machine and the current context's GPU: per direction and
  * size class, the driver's pageable path, single-copy staging and the
  * engine at the thread counts and chunk sizes worth trying, each the median
- * of a few synchronous transfers. `thorough` 0 measures 4 KiB-64 MiB in
- * about half a second on an H200 machine and reuses the 64 MiB result above;
- * 1 measures every class to 256 MiB with more settings and repetitions
- * (several seconds). Uses its own stream, pinned and device memory (up to
+ * of a few synchronous transfers in alternating rounds. `thorough` 0
+ * measures 4 KiB-64 MiB (not the half-octaves above 8 MiB, which take the
+ * plan below them) in under a second on an H200 machine, and gives the
+ * classes above 64 MiB its chunk size with every thread; 1 measures every
+ * class to 256 MiB with more settings and repetitions (several seconds). Uses its own stream, pinned and device memory (up to
  * 64 MiB, 256 MiB thorough), freed before it returns; transfers on other
  * threads meanwhile make its figures noisier, not wrong. */
 PINSTAGE_API pinstage_status pinstage_profile_calibrate(pinstage_profile **out, int thorough);
@@ -479,6 +482,8 @@ PINSTAGE_API pinstage_status pinstage_profile_fixed(pinstage_profile **out, int 
 /* The plan the profile gives a transfer of `bytes` (the best route overall). */
 PINSTAGE_API pinstage_status pinstage_profile_plan(const pinstage_profile *profile, pinstage_direction dir,
                                                    size_t bytes, pinstage_plan *plan);
+/* A copy of the built-in profile. */
+PINSTAGE_API pinstage_status pinstage_profile_builtin(pinstage_profile **out);
 /* Copies the process default into *out (free it with pinstage_profile_free). */
 PINSTAGE_API pinstage_status pinstage_profile_get_default(pinstage_profile **out);
 /* Makes a copy of `profile` the process default (NULL: the built-in one).

@@ -105,13 +105,10 @@ ps_host_kind ps_host_kind_of(const ps_driver *d, const void *host, size_t bytes)
     size_t size = 0;
     void *data[3] = {&type, &start, &size};
     uintptr_t p = (uintptr_t)host;
-    if (d->cuPointerGetAttributes(3, attributes, data, (CUdeviceptr)p) == CUDA_SUCCESS && type == CU_MEMORYTYPE_HOST)
-        return start <= p && p - start <= size && bytes <= size - (p - start) ? PS_HOST_PINNED
-                                                                              : PS_HOST_PARTLY_PINNED;
-    type = 0;
-    if (bytes > 1 &&
-        d->cuPointerGetAttributes(1, attributes, data, (CUdeviceptr)(p + bytes - 1)) == CUDA_SUCCESS &&
-        type == CU_MEMORYTYPE_HOST)
-        return PS_HOST_PARTLY_PINNED;
-    return PS_HOST_PAGEABLE;
+    /* Only the first byte is asked about: a range that starts pageable and
+     * is page-locked further on is refused by the driver's pageable path,
+     * which then gives way to staging, and staging copies any memory. */
+    if (d->cuPointerGetAttributes(3, attributes, data, (CUdeviceptr)p) != CUDA_SUCCESS || type != CU_MEMORYTYPE_HOST)
+        return PS_HOST_PAGEABLE;
+    return start <= p && p - start <= size && bytes <= size - (p - start) ? PS_HOST_PINNED : PS_HOST_PARTLY_PINNED;
 }

@@ -60,7 +60,10 @@ static void make_schedule(schedule *s, size_t bytes, size_t chunk) {
     s->ramped = 0;
     s->n = (bytes + chunk - 1) / chunk;
     size_t first = chunk / 16 < MIN_RAMP ? MIN_RAMP : chunk / 16;
-    if (bytes <= 2 * chunk || first >= chunk) return;
+    /* Only where every slot is used anyway: a ramp makes more chunks than
+     * bytes / chunk, and the footprint must stay what ps_engine_footprint
+     * says. */
+    if (bytes < PS_ENGINE_SLOTS * chunk || first >= chunk) return;
     size_t front[MAX_SCHEDULE], back[MAX_SCHEDULE], nf = 0, nb = 0, rest = bytes;
     for (size_t size = first; rest && size < chunk && nf < 16; size *= 2) {
         rest -= front[nf++] = size < rest ? size : rest;

@@ -10,22 +10,39 @@
 #include "status.h"
 
 unsigned ps_size_class(size_t bytes) {
-    /* Nearest power of two on a log scale: round up past 1.5x. */
-    unsigned log2 = 0;
-    size_t b = bytes + bytes / 2;
-    while (b > 1 && log2 < 63) b >>= 1, log2++;
-    if (log2 <= PS_CLASS_MIN_LOG2) return 0;
-    if (log2 - PS_CLASS_MIN_LOG2 >= PS_CLASSES) return PS_CLASSES - 1;
-    return log2 - PS_CLASS_MIN_LOG2;
+    if (bytes <= ((size_t)1 << PS_CLASS_MIN_LOG2)) return 0;
+    unsigned log2 = 63u - (unsigned)__builtin_clzll((unsigned long long)bytes);
+    double r = (double)bytes / (double)((size_t)1 << log2); /* in [1, 2) */
+    /* Geometric midpoints: sqrt(1.5) between 2^k and 1.5 * 2^k, sqrt(3) between 1.5 * 2^k and 2^(k+1). */
+    unsigned cls = 2 * (log2 - PS_CLASS_MIN_LOG2) + (r >= 1.2247448713915890) + (r >= 1.7320508075688772);
+    return cls < PS_CLASSES ? cls : PS_CLASSES - 1;
 }
 
-size_t ps_class_bytes(unsigned cls) { return (size_t)1 << (cls + PS_CLASS_MIN_LOG2); }
+size_t ps_class_bytes(unsigned cls) {
+    size_t power = (size_t)1 << (cls / 2 + PS_CLASS_MIN_LOG2);
+    return cls % 2 ? power + power / 2 : power;
+}
+
+/* A chunk smaller than the class it was measured at splits the transfer
+ * the same way: 128 KiB chunks measured at 256 KiB halve a 192 KiB transfer
+ * too, instead of cutting it into 128 + 64 KiB. */
+static ps_plan scaled(ps_plan plan, size_t bytes, unsigned cls) {
+    size_t at = ps_class_bytes(cls);
+    if (plan.chunk && plan.chunk < at && bytes != at) {
+        size_t chunk = (size_t)((double)plan.chunk * (double)bytes / (double)at) / 4096 * 4096;
+        plan.chunk = chunk ? chunk : 4096;
+    }
+    return plan;
+}
 
 ps_plan ps_choose_plan(const pinstage_profile *profile, ps_direction dir, size_t bytes, size_t threshold) {
-    const ps_class_plan *c = &profile->classes[dir][ps_size_class(bytes)];
-    if (threshold == PINSTAGE_AUTO_STAGE_PROFILE) return c->best;
-    if (bytes > threshold) return (ps_plan){PINSTAGE_ROUTE_PAGEABLE, 0, 0};
-    return c->staging;
+    unsigned cls = ps_size_class(bytes);
+    const ps_class_plan *c = &profile->classes[dir][cls];
+    ps_plan plan = threshold == PINSTAGE_AUTO_STAGE_PROFILE ? c->best
+                   : bytes > threshold                       ? (ps_plan){PINSTAGE_ROUTE_PAGEABLE, 0, 0}
+                                                             : c->staging;
+    /* A fixed profile means what it says at every size. */
+    return profile->origin == PINSTAGE_PROFILE_FIXED ? plan : scaled(plan, bytes, cls);
 }
 
 /* ---- The built-in table --------------------------------------------------------- */
@@ -33,50 +50,88 @@ ps_plan ps_choose_plan(const pinstage_profile *profile, ps_direction dir, size_t
 #define K ((size_t)1 << 10)
 #define M ((size_t)1 << 20)
 
-/* Measured with `pinstage-bench --calibrate` on an H200 machine (PCIe Gen5
- * x16, 16 host cores); see docs/benchmarks.md. */
+/* Chosen from `pinstage-bench --calibrate` runs and a grid of engine
+ * settings on an H200 machine (PCIe Gen5 x16, 16 host threads), where each
+ * plan was never slower than the driver's pageable path; see
+ * docs/benchmarks.md. Small uploads stay on the pageable path, which the
+ * driver sends inline with its command; small downloads copy once. */
+#define PAGEABLE {PINSTAGE_ROUTE_PAGEABLE, 0, 0}
+#define STAGED {PINSTAGE_ROUTE_STAGED, 0, 1}
+#define ENGINE(chunk, threads) {PINSTAGE_ROUTE_ENGINE, chunk, threads}
 static const struct {
     ps_plan best, staging;
 } builtin[2][PS_CLASSES] = {
     /* host -> device */
     {
-        {{PINSTAGE_ROUTE_PAGEABLE, 0, 0}, {PINSTAGE_ROUTE_STAGED, 0, 1}},       /* 4 KiB */
-        {{PINSTAGE_ROUTE_PAGEABLE, 0, 0}, {PINSTAGE_ROUTE_STAGED, 0, 1}},       /* 8 KiB */
-        {{PINSTAGE_ROUTE_PAGEABLE, 0, 0}, {PINSTAGE_ROUTE_STAGED, 0, 1}},       /* 16 KiB */
-        {{PINSTAGE_ROUTE_ENGINE, 0, 2}, {PINSTAGE_ROUTE_ENGINE, 0, 2}},         /* 32 KiB */
-        {{PINSTAGE_ROUTE_ENGINE, 0, 4}, {PINSTAGE_ROUTE_ENGINE, 0, 4}},         /* 64 KiB */
-        {{PINSTAGE_ROUTE_ENGINE, 0, 8}, {PINSTAGE_ROUTE_ENGINE, 0, 8}},         /* 128 KiB */
-        {{PINSTAGE_ROUTE_ENGINE, 0, 0}, {PINSTAGE_ROUTE_ENGINE, 0, 0}},         /* 256 KiB */
-        {{PINSTAGE_ROUTE_ENGINE, 0, 0}, {PINSTAGE_ROUTE_ENGINE, 0, 0}},         /* 512 KiB */
-        {{PINSTAGE_ROUTE_ENGINE, 256 * K, 0}, {PINSTAGE_ROUTE_ENGINE, 256 * K, 0}}, /* 1 MiB */
-        {{PINSTAGE_ROUTE_ENGINE, 256 * K, 0}, {PINSTAGE_ROUTE_ENGINE, 256 * K, 0}}, /* 2 MiB */
-        {{PINSTAGE_ROUTE_ENGINE, 256 * K, 0}, {PINSTAGE_ROUTE_ENGINE, 256 * K, 0}}, /* 4 MiB */
-        {{PINSTAGE_ROUTE_ENGINE, 1 * M, 0}, {PINSTAGE_ROUTE_ENGINE, 1 * M, 0}}, /* 8 MiB */
-        {{PINSTAGE_ROUTE_ENGINE, 4 * M, 8}, {PINSTAGE_ROUTE_ENGINE, 4 * M, 8}}, /* 16 MiB */
-        {{PINSTAGE_ROUTE_ENGINE, 4 * M, 8}, {PINSTAGE_ROUTE_ENGINE, 4 * M, 8}}, /* 32 MiB */
-        {{PINSTAGE_ROUTE_ENGINE, 4 * M, 8}, {PINSTAGE_ROUTE_ENGINE, 4 * M, 8}}, /* 64 MiB */
-        {{PINSTAGE_ROUTE_ENGINE, 4 * M, 8}, {PINSTAGE_ROUTE_ENGINE, 4 * M, 8}}, /* 128 MiB */
-        {{PINSTAGE_ROUTE_ENGINE, 4 * M, 8}, {PINSTAGE_ROUTE_ENGINE, 4 * M, 8}}, /* 256 MiB */
+        {PAGEABLE, STAGED},                                  /* 4 KiB */
+        {PAGEABLE, STAGED},                                  /* 6 KiB */
+        {PAGEABLE, STAGED},                                  /* 8 KiB */
+        {PAGEABLE, STAGED},                                  /* 12 KiB */
+        {PAGEABLE, STAGED},                                  /* 16 KiB */
+        {PAGEABLE, STAGED},                                  /* 24 KiB */
+        {ENGINE(0, 8), ENGINE(0, 8)},                        /* 32 KiB */
+        {ENGINE(0, 8), ENGINE(0, 8)},                        /* 48 KiB */
+        {ENGINE(0, 8), ENGINE(0, 8)},                        /* 64 KiB */
+        {ENGINE(0, 0), ENGINE(0, 0)},                        /* 96 KiB */
+        {ENGINE(0, 0), ENGINE(0, 0)},                        /* 128 KiB */
+        {ENGINE(0, 0), ENGINE(0, 0)},                        /* 192 KiB */
+        {ENGINE(0, 0), ENGINE(0, 0)},                        /* 256 KiB */
+        {ENGINE(0, 8), ENGINE(0, 8)},                        /* 384 KiB */
+        {ENGINE(0, 8), ENGINE(0, 8)},                        /* 512 KiB */
+        {ENGINE(0, 0), ENGINE(0, 0)},                        /* 768 KiB */
+        {ENGINE(512 * K, 8), ENGINE(512 * K, 8)},            /* 1 MiB */
+        {ENGINE(0, 0), ENGINE(0, 0)},                        /* 1.5 MiB */
+        {ENGINE(1 * M, 0), ENGINE(1 * M, 0)},                /* 2 MiB */
+        {ENGINE(1 * M, 0), ENGINE(1 * M, 0)},                /* 3 MiB */
+        {ENGINE(0, 0), ENGINE(0, 0)},                        /* 4 MiB */
+        {ENGINE(0, 0), ENGINE(0, 0)},                        /* 6 MiB */
+        {ENGINE(4 * M, 8), ENGINE(4 * M, 8)},                /* 8 MiB */
+        {ENGINE(4 * M, 0), ENGINE(4 * M, 0)},                /* 12 MiB */
+        {ENGINE(4 * M, 0), ENGINE(4 * M, 0)},                /* 16 MiB */
+        {ENGINE(8 * M, 8), ENGINE(8 * M, 8)},                /* 24 MiB */
+        {ENGINE(8 * M, 8), ENGINE(8 * M, 8)},                /* 32 MiB */
+        {ENGINE(8 * M, 8), ENGINE(8 * M, 8)},                /* 48 MiB */
+        {ENGINE(8 * M, 8), ENGINE(8 * M, 8)},                /* 64 MiB */
+        {ENGINE(8 * M, 8), ENGINE(8 * M, 8)},                /* 96 MiB */
+        {ENGINE(8 * M, 8), ENGINE(8 * M, 8)},                /* 128 MiB */
+        {ENGINE(8 * M, 0), ENGINE(8 * M, 0)},                /* 192 MiB */
+        {ENGINE(8 * M, 0), ENGINE(8 * M, 0)},                /* 256 MiB */
     },
     /* device -> host */
     {
-        {{PINSTAGE_ROUTE_STAGED, 0, 1}, {PINSTAGE_ROUTE_STAGED, 0, 1}},         /* 4 KiB */
-        {{PINSTAGE_ROUTE_STAGED, 0, 1}, {PINSTAGE_ROUTE_STAGED, 0, 1}},         /* 8 KiB */
-        {{PINSTAGE_ROUTE_STAGED, 0, 1}, {PINSTAGE_ROUTE_STAGED, 0, 1}},         /* 16 KiB */
-        {{PINSTAGE_ROUTE_ENGINE, 0, 2}, {PINSTAGE_ROUTE_ENGINE, 0, 2}},         /* 32 KiB */
-        {{PINSTAGE_ROUTE_ENGINE, 0, 4}, {PINSTAGE_ROUTE_ENGINE, 0, 4}},         /* 64 KiB */
-        {{PINSTAGE_ROUTE_ENGINE, 0, 8}, {PINSTAGE_ROUTE_ENGINE, 0, 8}},         /* 128 KiB */
-        {{PINSTAGE_ROUTE_ENGINE, 0, 0}, {PINSTAGE_ROUTE_ENGINE, 0, 0}},         /* 256 KiB */
-        {{PINSTAGE_ROUTE_ENGINE, 0, 0}, {PINSTAGE_ROUTE_ENGINE, 0, 0}},         /* 512 KiB */
-        {{PINSTAGE_ROUTE_ENGINE, 256 * K, 0}, {PINSTAGE_ROUTE_ENGINE, 256 * K, 0}}, /* 1 MiB */
-        {{PINSTAGE_ROUTE_ENGINE, 256 * K, 0}, {PINSTAGE_ROUTE_ENGINE, 256 * K, 0}}, /* 2 MiB */
-        {{PINSTAGE_ROUTE_ENGINE, 256 * K, 0}, {PINSTAGE_ROUTE_ENGINE, 256 * K, 0}}, /* 4 MiB */
-        {{PINSTAGE_ROUTE_ENGINE, 1 * M, 0}, {PINSTAGE_ROUTE_ENGINE, 1 * M, 0}}, /* 8 MiB */
-        {{PINSTAGE_ROUTE_ENGINE, 4 * M, 8}, {PINSTAGE_ROUTE_ENGINE, 4 * M, 8}}, /* 16 MiB */
-        {{PINSTAGE_ROUTE_ENGINE, 4 * M, 8}, {PINSTAGE_ROUTE_ENGINE, 4 * M, 8}}, /* 32 MiB */
-        {{PINSTAGE_ROUTE_ENGINE, 4 * M, 8}, {PINSTAGE_ROUTE_ENGINE, 4 * M, 8}}, /* 64 MiB */
-        {{PINSTAGE_ROUTE_ENGINE, 4 * M, 8}, {PINSTAGE_ROUTE_ENGINE, 4 * M, 8}}, /* 128 MiB */
-        {{PINSTAGE_ROUTE_ENGINE, 4 * M, 8}, {PINSTAGE_ROUTE_ENGINE, 4 * M, 8}}, /* 256 MiB */
+        {STAGED, STAGED},                                    /* 4 KiB */
+        {STAGED, STAGED},                                    /* 6 KiB */
+        {STAGED, STAGED},                                    /* 8 KiB */
+        {STAGED, STAGED},                                    /* 12 KiB */
+        {STAGED, STAGED},                                    /* 16 KiB */
+        {STAGED, STAGED},                                    /* 24 KiB */
+        {ENGINE(0, 4), ENGINE(0, 4)},                        /* 32 KiB */
+        {ENGINE(0, 4), ENGINE(0, 4)},                        /* 48 KiB */
+        {ENGINE(0, 8), ENGINE(0, 8)},                        /* 64 KiB */
+        {ENGINE(0, 8), ENGINE(0, 8)},                        /* 96 KiB */
+        {ENGINE(0, 8), ENGINE(0, 8)},                        /* 128 KiB */
+        {ENGINE(0, 0), ENGINE(0, 0)},                        /* 192 KiB */
+        {ENGINE(0, 0), ENGINE(0, 0)},                        /* 256 KiB */
+        {ENGINE(192 * K, 0), ENGINE(192 * K, 0)},            /* 384 KiB */
+        {ENGINE(256 * K, 0), ENGINE(256 * K, 0)},            /* 512 KiB */
+        {ENGINE(384 * K, 0), ENGINE(384 * K, 0)},            /* 768 KiB */
+        {ENGINE(512 * K, 0), ENGINE(512 * K, 0)},            /* 1 MiB */
+        {ENGINE(256 * K, 0), ENGINE(256 * K, 0)},            /* 1.5 MiB */
+        {ENGINE(256 * K, 0), ENGINE(256 * K, 0)},            /* 2 MiB */
+        {ENGINE(256 * K, 0), ENGINE(256 * K, 0)},            /* 3 MiB */
+        {ENGINE(256 * K, 0), ENGINE(256 * K, 0)},            /* 4 MiB */
+        {ENGINE(1 * M, 0), ENGINE(1 * M, 0)},                /* 6 MiB */
+        {ENGINE(1 * M, 0), ENGINE(1 * M, 0)},                /* 8 MiB */
+        {ENGINE(8 * M, 8), ENGINE(8 * M, 8)},                /* 12 MiB */
+        {ENGINE(8 * M, 8), ENGINE(8 * M, 8)},                /* 16 MiB */
+        {ENGINE(8 * M, 8), ENGINE(8 * M, 8)},                /* 24 MiB */
+        {ENGINE(8 * M, 8), ENGINE(8 * M, 8)},                /* 32 MiB */
+        {ENGINE(8 * M, 8), ENGINE(8 * M, 8)},                /* 48 MiB */
+        {ENGINE(8 * M, 8), ENGINE(8 * M, 8)},                /* 64 MiB */
+        {ENGINE(8 * M, 8), ENGINE(8 * M, 8)},                /* 96 MiB */
+        {ENGINE(8 * M, 0), ENGINE(8 * M, 0)},                /* 128 MiB */
+        {ENGINE(8 * M, 0), ENGINE(8 * M, 0)},                /* 192 MiB */
+        {ENGINE(8 * M, 0), ENGINE(8 * M, 0)},                /* 256 MiB */
     },
 };
 
@@ -161,6 +216,14 @@ pinstage_status pinstage_profile_set_default(const pinstage_profile *profile) {
         retired = r;
         pthread_mutex_unlock(&retired_lock);
     }
+    return PINSTAGE_SUCCESS;
+}
+
+pinstage_status pinstage_profile_builtin(pinstage_profile **out) {
+    if (!out) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "pinstage_profile_builtin: out is NULL");
+    *out = malloc(sizeof **out);
+    if (!*out) return ps_fail(PINSTAGE_ERROR_OUT_OF_MEMORY, "pinstage_profile_builtin: out of host memory");
+    ps_profile_builtin(*out);
     return PINSTAGE_SUCCESS;
 }
 

@@ -23,6 +23,9 @@
  *    stores `state` (seq_cst), then reads sleepers and, if any, broadcasts
  *    under `lock`. Either the worker sees the new job or the submitter sees
  *    the sleeper, so no wake-up is lost.
+ *  - `planned` (atomic, relaxed): the worker count a transfer plans its
+ *    pieces for, read without a lock on every transfer; a stale value only
+ *    changes how many pieces a job has, never whether they all run.
  *  - `threads`, `nthreads`, `started`, `configured`: under `admin`, and
  *    changed only while `busy` is held, so no job runs while workers start
  *    or stop. Workers read `stop` and `spin_ns` atomically.
@@ -62,6 +65,7 @@ struct ps_pool {
     _Atomic unsigned parked; /* workers parked now: for pinstage_pool_get_info */
     _Atomic unsigned spin_ns;
     _Atomic unsigned nworkers; /* running workers, for the piece owners */
+    _Atomic unsigned planned;  /* workers the pool runs when started; UINT32_MAX: not yet known */
     ps_task_fn fn;
     void *arg;
     uint64_t generation; /* owned by the `busy` holder */
@@ -85,6 +89,7 @@ static ps_pool global = {
     .wake = PTHREAD_COND_INITIALIZER,
     .admin = PTHREAD_MUTEX_INITIALIZER,
     .configured = UINT32_MAX,
+    .planned = UINT32_MAX,
     .spin_ns = DEFAULT_SPIN_NS,
 };
 
@@ -247,8 +252,12 @@ void ps_pool_run(ps_pool *p, unsigned count, ps_task_fn fn, void *arg) {
 }
 
 unsigned ps_pool_workers(ps_pool *p) {
+    /* On every transfer's path: no lock. `planned` follows `configured`. */
+    unsigned n = atomic_load_explicit(&p->planned, memory_order_relaxed);
+    if (n != UINT32_MAX) return n;
     pthread_mutex_lock(&p->admin);
-    unsigned n = p->started ? p->nthreads : p->configured == UINT32_MAX ? machine_workers() : p->configured;
+    n = p->configured == UINT32_MAX ? machine_workers() : p->configured;
+    atomic_store_explicit(&p->planned, n, memory_order_relaxed);
     pthread_mutex_unlock(&p->admin);
     return n;
 }
@@ -265,6 +274,7 @@ pinstage_status pinstage_pool_set_threads(unsigned workers) {
     pthread_mutex_lock(&p->admin);
     stop_locked(p);
     p->configured = workers == PINSTAGE_POOL_AUTO ? UINT32_MAX : workers;
+    atomic_store_explicit(&p->planned, UINT32_MAX, memory_order_relaxed);
     pthread_mutex_unlock(&p->admin);
     release_busy(p);
     return PINSTAGE_SUCCESS;

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 
-PATHS = ["pageable", "auto", "staged", "engine", "direct", "pinned-host", "resident", "pageable-async",
+PATHS = ["pageable", "auto", "builtin", "staged", "engine", "direct", "pinned-host", "resident", "pageable-async",
          "fresh-pin", "floor"]
 CSV_COLUMNS = ["direction", "bytes", "label", "path", "reps", "median_us", "min_us", "p10_us",
                "p90_us", "gbps", "ratio_vs_pageable", "emulated"]
@@ -113,7 +113,7 @@ def main():
         check(r.returncode == 0, f"--calibrate exit {r.returncode}: {r.stderr}")
         text = open(profile).read() if os.path.exists(profile) else ""
         check(text.startswith("pinstage-profile 1\norigin measured\n"), "--calibrate wrote a measured profile")
-        check(text.count("\nh2d ") == 17 and text.count("\nd2h ") == 17, "the profile has every size class")
+        check(text.count("\nh2d ") == 33 and text.count("\nd2h ") == 33, "the profile has every size class")
         check(r.stdout.startswith("pinstage-profile 1"), "--calibrate prints the profile")
         r = run(bench, fast, *common, "--paths", "auto", "--profile", profile, "--format", "json")
         check(r.returncode == 0 and json.loads(r.stdout)["context"]["profile"] == profile,

@@ -40,6 +40,15 @@ static pinstage_status auto_setup(bench_cell *c, void **state) {
     (void)c;
     return buffer_setup(state, PINSTAGE_AUTO_STAGE_PROFILE, bench_config.profile);
 }
+static pinstage_status builtin_setup(bench_cell *c, void **state) {
+    (void)c;
+    pinstage_profile *builtin;
+    pinstage_status s = pinstage_profile_builtin(&builtin);
+    if (s) return s;
+    s = buffer_setup(state, PINSTAGE_AUTO_STAGE_PROFILE, builtin);
+    pinstage_profile_free(builtin);
+    return s;
+}
 static pinstage_status staged_setup(bench_cell *c, void **state) {
     (void)c;
     return fixed_setup(state, PINSTAGE_ROUTE_STAGED, 0, 1);
@@ -220,6 +229,7 @@ static void no_teardown(bench_cell *c, void *state) { (void)c, (void)state; }
 const bench_path bench_paths[] = {
     {"pageable", "copy_from_host / copy_to_host: the driver's pageable path", no_setup, pageable_run, no_teardown},
     {"auto", "upload / download as the profile chooses (--profile, else built-in)", auto_setup, slice_run, buffer_teardown},
+    {"builtin", "upload / download with the built-in profile (no calibration)", builtin_setup, slice_run, buffer_teardown},
     {"staged", "upload / download, route staged: one memcpy through pinned memory", staged_setup, slice_run, buffer_teardown},
     {"engine", "upload / download, route engine at the --engine settings", engine_setup, slice_run, buffer_teardown},
     {"direct", "upload / download, threshold 0: always the pageable path", direct_setup, slice_run, buffer_teardown},
