@@ -54,11 +54,22 @@ def targets(s, w, p, pw, blocking):
         r, f = t.get((d, b, k)), t.get((d, b, "resident"))
         return f["median_us"] / r["median_us"] if r and f else None
     for k, what in (("auto", "after calibration"), ("builtin", "built-in profile")):
-        worst = [(ratio(w, d, b, k), d, b) for (d, b, kk) in w if kk == k and ratio(w, d, b, k)]
-        if worst:
-            r, d, b = min(worst)
+        cells = [(ratio(w, d, b, k), d, b) for (d, b, kk) in w if kk == k and ratio(w, d, b, k)]
+        if cells:
+            r, d, b = min(cells)
+            below = sorted((d, b) for r, d, b in cells if r < 0.97)
             out.append(f"| upload / download {what}, worst cell of the 4 KiB-256 MiB sweep | >= 0.97x pageable | "
-                       f"{r:.2f}x ({d.upper()} {human(b)}) |")
+                       f"{r:.2f}x ({d.upper()} {human(b)}); below 0.97x: "
+                       f"{', '.join(f'{d.upper()} {human(b)}' for d, b in below) or 'none'} |")
+            alike = []
+            for (d, b, kk) in w:
+                a, pa = w.get((d, b, k)), w.get((d, b, "pageable-async"))
+                if kk == k and a and pa:
+                    alike.append((pa["median_us"] / a["median_us"], d, b))
+            if alike:
+                r, d, b = min(alike)
+                out.append(f"| the same against the driver's pageable copy that lands before returning "
+                           f"(`pageable-async`), worst cell | >= 0.97x | {r:.2f}x ({d.upper()} {human(b)}) |")
     for d in ("h2d", "d2h"):
         for k in ("auto", "builtin"):
             r = ratio(s, d, 4915200, k)
@@ -128,7 +139,9 @@ def main():
     add(f"- host: {ctx['host_cpu']}, {ctx['host_cores']} cores; engine pool: {ctx['pool_workers']} workers + the caller")
     add(f"- pinstage {ctx['library_version']}; peers: {peers['context']['library_version']}")
     add(f"- date: {ctx['date']}\n")
-    add("Paths: `pageable` the driver's own pageable copy (cuMemcpyHtoD/DtoH); `auto` upload / download with")
+    add("Paths: `pageable` the driver's own pageable copy (cuMemcpyHtoD/DtoH; the upload returns once the")
+    add("driver has staged the source, before its DMA lands); `pageable-async` the driver's async pageable")
+    add("copy plus a stream sync, which has landed on return as every pinstage call has; `auto` upload / download with")
     add("the profile calibrated in this run; `builtin` the same with the built-in profile (no calibration);")
     add("`staged` one memcpy through pinned memory (the seed's staging); `engine` the copy engine at fixed")
     add("settings; `pinned-host` upload / download of memory the caller page-locked; `resident` upload_with /")
@@ -174,7 +187,7 @@ def main():
     add("")
     add("## Sweep\n")
     add(f"Command: `{command(sweep['context'])}`\n")
-    paths = ["pageable", "auto", "builtin", "staged", "pinned-host", "resident"]
+    paths = ["pageable", "pageable-async", "auto", "builtin", "staged", "pinned-host", "resident"]
     for d in ("h2d", "d2h"):
         add(f"{d.upper()}, median µs (ratio to pageable), and auto's bandwidth as a fraction of resident's:\n")
         add("| bytes | " + " | ".join(paths) + " | auto / resident | resident GB/s |")

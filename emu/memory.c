@@ -35,7 +35,8 @@ static int regions_add(emu_regions *r, emu_region item) {
 static long regions_find(const emu_regions *r, uintptr_t p, size_t bytes) {
     for (size_t i = 0; i < r->count; i++) {
         const emu_region *g = &r->items[i];
-        if (p >= g->start && p - g->start <= g->bytes && bytes <= g->bytes - (p - g->start))
+        /* Strictly inside: a pointer just past one region may start the next. */
+        if (p >= g->start && p - g->start < g->bytes && bytes <= g->bytes - (p - g->start))
             return (long)i;
     }
     return -1;

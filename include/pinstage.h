@@ -459,7 +459,7 @@ typedef struct pinstage_profile pinstage_profile;
  * measures 4 KiB-64 MiB (not the half-octaves above 8 MiB, which take the
  * plan below them) in under a second on an H200 machine, and gives the
  * classes above 64 MiB its chunk size with every thread; 1 measures every
- * class to 256 MiB with more settings and repetitions (several seconds). Uses its own stream, pinned and device memory (up to
+ * class to 256 MiB with more settings and repetitions (about a minute). Uses its own stream, pinned and device memory (up to
  * 64 MiB, 256 MiB thorough), freed before it returns; transfers on other
  * threads meanwhile make its figures noisier, not wrong. */
 PINSTAGE_API pinstage_status pinstage_profile_calibrate(pinstage_profile **out, int thorough);

@@ -41,16 +41,16 @@ static size_t add(candidate *c, size_t n, int route, size_t chunk, unsigned thre
 }
 
 /* The routes worth trying at one size: one chunk split across threads for
- * up to a few MiB, several chunk sizes above; for tens of MiB the fast mode
- * tries only many threads and big chunks, which won every such size on the
- * H200 machine. */
+ * up to a few MiB, several chunk sizes above; from 8 MiB the fast mode
+ * tries only 2-8 MiB chunks on 4 threads or more, where every thorough
+ * winner on the H200 machine lay. */
 static size_t candidates_for(size_t bytes, unsigned all_threads, int thorough, candidate *c) {
-    static const size_t chunks_fast[] = {256 * K, 1 * M, 4 * M, 8 * M};
+    static const size_t chunks_fast[] = {256 * K, 1 * M, 2 * M, 4 * M, 8 * M};
     static const size_t chunks_thorough[] = {64 * K, 128 * K, 256 * K, 512 * K, 1 * M, 2 * M, 4 * M, 8 * M};
     static const unsigned threads_fast[] = {2, 4, 8, 0};
     static const unsigned threads_thorough[] = {2, 3, 4, 6, 8, 12, 16, 0};
     const size_t *chunks = thorough ? chunks_thorough : chunks_fast;
-    size_t nchunks = thorough ? 8 : 4;
+    size_t nchunks = thorough ? 8 : 5;
     const unsigned *threads = thorough ? threads_thorough : threads_fast;
     size_t nthreads = thorough ? 8 : 4;
     int large = !thorough && bytes >= 8 * M;
@@ -61,7 +61,7 @@ static size_t candidates_for(size_t bytes, unsigned all_threads, int thorough, c
     if (all_threads < 2) return n;
     for (size_t t = 0; t < nthreads; t++) {
         unsigned th = threads[t] >= all_threads ? 0 : threads[t];
-        if (large && th && th < 8) continue;
+        if (large && th && th < 4) continue;
         if (bytes / 8192 < (th ? th : all_threads) / 2) continue; /* pieces under 16 KiB */
         if (bytes <= PS_ENGINE_MAX_CHUNK) n = add(c, n, PINSTAGE_ROUTE_ENGINE, 0, th);
         if (bytes <= M) {
@@ -69,7 +69,7 @@ static size_t candidates_for(size_t bytes, unsigned all_threads, int thorough, c
             if (bytes >= 128 * K && thorough) n = add(c, n, PINSTAGE_ROUTE_ENGINE, bytes / 4, th);
             continue;
         }
-        for (size_t k = large ? 1 : 0; k < nchunks; k++)
+        for (size_t k = large ? 2 : 0; k < nchunks; k++)
             if (chunks[k] < bytes) n = add(c, n, PINSTAGE_ROUTE_ENGINE, chunks[k], th);
     }
     return n;
@@ -115,7 +115,7 @@ static pinstage_status measure_class(bench_state *b, ps_direction dir, unsigned 
     size_t bytes = ps_class_bytes(cls);
     candidate c[MAX_CANDIDATES];
     size_t n = candidates_for(bytes, all_threads, thorough, c);
-    int per_round = bytes >= 16 * M ? (thorough ? 3 : 1) : bytes >= M ? (thorough ? 5 : 3) : (thorough ? 11 : 7);
+    int per_round = bytes >= 16 * M ? (thorough ? 3 : 1) : bytes >= M ? (thorough ? 5 : 2) : (thorough ? 11 : 5);
     int reps = per_round * ROUNDS, warmup = bytes >= 16 * M ? 1 : 2;
     static double samples[MAX_CANDIDATES][ROUNDS * 11];
     pinstage_devbuf *dev;

@@ -124,6 +124,12 @@
     X(cuGetErrorString, 6000, (CUresult error, const char **text))                        \
     X(cuDevicePrimaryCtxSetFlags, 11000, (CUdevice dev, unsigned int flags))
 
+/* The default streams, by their documented handle values, spelled token for
+ * token as cuda.h spells them: where both are seen (cuda_abi_check.c), a
+ * different definition is a macro-redefinition error. */
+#define CU_STREAM_LEGACY ((CUstream)0x1)
+#define CU_STREAM_PER_THREAD ((CUstream)0x2)
+
 #ifndef PS_CUDA_ABI_CHECK
 /* The driver's own types, spelled as cuda.h spells them so that code reads
  * like driver code; identical typedefs in pinstage.h are allowed by C11. */
@@ -142,10 +148,6 @@ typedef unsigned long long CUdeviceptr;
 typedef unsigned long long cuuint64_t;
 typedef int CUdriverProcAddressQueryResult;
 typedef void (*CUhostFn)(void *user_data);
-
-/* The legacy default stream, by its documented handle value. */
-#define CU_STREAM_LEGACY ((CUstream)0x1)
-#define CU_STREAM_PER_THREAD ((CUstream)0x2)
 
 /* cuGetProcAddress (CUDA 12+, exported as cuGetProcAddress_v2) and its
  * 11.3-era form without the status argument (exported as cuGetProcAddress). */
