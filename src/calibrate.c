@@ -42,8 +42,8 @@ static size_t add(candidate *c, size_t n, int route, size_t chunk, unsigned thre
 
 /* The routes worth trying at one size: one chunk split across threads for
  * up to a few MiB, several chunk sizes above; from 8 MiB the fast mode
- * tries only 2-8 MiB chunks on 4 threads or more, where every thorough
- * winner on the H200 machine lay. */
+ * tries only 2-8 MiB chunks (from 16 MiB, 2 and 8) on 4 threads or more,
+ * where every thorough winner on the H200 machine lay. */
 static size_t candidates_for(size_t bytes, unsigned all_threads, int thorough, candidate *c) {
     static const size_t chunks_fast[] = {256 * K, 1 * M, 2 * M, 4 * M, 8 * M};
     static const size_t chunks_thorough[] = {64 * K, 128 * K, 256 * K, 512 * K, 1 * M, 2 * M, 4 * M, 8 * M};
@@ -70,7 +70,8 @@ static size_t candidates_for(size_t bytes, unsigned all_threads, int thorough, c
             continue;
         }
         for (size_t k = large ? 2 : 0; k < nchunks; k++)
-            if (chunks[k] < bytes) n = add(c, n, PINSTAGE_ROUTE_ENGINE, chunks[k], th);
+            if (chunks[k] < bytes && !(large && bytes >= 16 * M && chunks[k] == 4 * M))
+                n = add(c, n, PINSTAGE_ROUTE_ENGINE, chunks[k], th);
     }
     return n;
 }
@@ -107,15 +108,15 @@ static pinstage_status run_calls(bench_state *b, ps_direction dir, pinstage_devb
 
 #define ROUNDS 3
 
-/* Every candidate, in ROUNDS alternating blocks so drift touches them alike,
- * each block after one untimed call (the previous candidate's copies must
- * not be charged to this one). */
+/* Every candidate, in ROUNDS alternating blocks so drift touches them alike;
+ * below 1 MiB each block starts with one untimed call, so what the previous
+ * candidate left in caches and the pool is not charged to this one. */
 static pinstage_status measure_class(bench_state *b, ps_direction dir, unsigned cls, unsigned all_threads,
                                      int thorough, ps_class_plan *out) {
     size_t bytes = ps_class_bytes(cls);
     candidate c[MAX_CANDIDATES];
     size_t n = candidates_for(bytes, all_threads, thorough, c);
-    int per_round = bytes >= 16 * M ? (thorough ? 3 : 1) : bytes >= M ? (thorough ? 5 : 2) : (thorough ? 11 : 5);
+    int per_round = bytes >= 16 * M ? (thorough ? 3 : 1) : bytes >= M ? (thorough ? 5 : 3) : (thorough ? 11 : 5);
     int reps = per_round * ROUNDS, warmup = bytes >= 16 * M ? 1 : 2;
     static double samples[MAX_CANDIDATES][ROUNDS * 11];
     pinstage_devbuf *dev;
@@ -124,7 +125,7 @@ static pinstage_status measure_class(bench_state *b, ps_direction dir, unsigned 
         if (!(s = use_plan(b, &c[i].plan))) s = run_calls(b, dir, dev, bytes, warmup, NULL);
     for (int r = 0; r < ROUNDS && !s; r++)
         for (size_t i = 0; i < n && !s; i++)
-            if (!(s = use_plan(b, &c[i].plan)) && !(s = run_calls(b, dir, dev, bytes, bytes < 16 * M, NULL)))
+            if (!(s = use_plan(b, &c[i].plan)) && !(s = run_calls(b, dir, dev, bytes, bytes < M, NULL)))
                 s = run_calls(b, dir, dev, bytes, per_round, samples[i] + r * per_round);
     pinstage_devbuf_free(dev);
     if (s) return s;
