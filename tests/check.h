@@ -229,6 +229,27 @@ static inline long first_not(const void *p, size_t bytes, unsigned char value) {
     return -1;
 }
 
+/* Reads device memory through a fresh non-blocking stream, with no other
+ * synchronization: sees only what has already landed. */
+static inline void read_landed(const pinstage_devbuf *d, void *out) {
+    CUstream reader;
+    void *pinned;
+    size_t bytes = pinstage_devbuf_bytes(d);
+    REQUIRE_OK(pinstage_stream_create(&reader, PINSTAGE_STREAM_NON_BLOCKING));
+    REQUIRE_OK((pinstage_status)drv.alloc_host(&pinned, bytes));
+    REQUIRE_OK((pinstage_status)drv.dtoh_async(pinned, pinstage_devbuf_ptr(d), bytes, reader));
+    REQUIRE_OK((pinstage_status)drv.stream_sync(reader));
+    memcpy(out, pinned, bytes);
+    drv.free_host(pinned);
+    pinstage_stream_destroy(reader);
+}
+
+/* Writes device memory and waits for it. */
+static inline void write_device(pinstage_devbuf *d, const void *src) {
+    REQUIRE_OK(pinstage_devbuf_copy_from_host(d, src, pinstage_devbuf_len(d)));
+    REQUIRE_OK((pinstage_status)drv.ctx_sync());
+}
+
 /* Queues device work on `stream` that keeps it busy for a while on either
  * driver (a run of memsets over a ballast buffer), ending with `target` set
  * to `value`: a transfer not ordered after it sees other bytes. */

@@ -14,25 +14,6 @@ static void read_device(const pinstage_devbuf *d, void *out) {
     REQUIRE_OK(pinstage_devbuf_copy_to_host(d, out, pinstage_devbuf_len(d)));
 }
 
-/* Reads device memory through a fresh non-blocking stream, with no other
- * synchronization: sees only what has already landed. */
-static void read_landed(const pinstage_devbuf *d, void *out) {
-    CUstream reader;
-    void *pinned;
-    size_t bytes = pinstage_devbuf_bytes(d);
-    REQUIRE_OK(pinstage_stream_create(&reader, PINSTAGE_STREAM_NON_BLOCKING));
-    REQUIRE_OK((pinstage_status)drv.alloc_host(&pinned, bytes));
-    REQUIRE_OK((pinstage_status)drv.dtoh_async(pinned, pinstage_devbuf_ptr(d), bytes, reader));
-    REQUIRE_OK((pinstage_status)drv.stream_sync(reader));
-    memcpy(out, pinned, bytes);
-    drv.free_host(pinned);
-    pinstage_stream_destroy(reader);
-}
-
-static void write_device(pinstage_devbuf *d, const void *src) {
-    REQUIRE_OK(pinstage_devbuf_copy_from_host(d, src, pinstage_devbuf_len(d)));
-    REQUIRE_OK((pinstage_status)drv.ctx_sync());
-}
 
 typedef struct {
     unsigned seed;
