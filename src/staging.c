@@ -302,7 +302,7 @@ static pinstage_status move(transfer *t) {
         }
     }
     /* Staged: by choice, or because the driver does not take the range. */
-    if (plan.route == PINSTAGE_ROUTE_PAGEABLE) plan = profile->classes[t->dir][ps_size_class(t->bytes)].staging;
+    if (plan.route == PINSTAGE_ROUTE_PAGEABLE) plan = ps_choose_plan(profile, t->dir, t->bytes, SIZE_MAX);
     if ((s = engine_copy(t, &plan))) return s;
     buf->stats.staged_transfers++;
     buf->stats.engine_transfers += plan.route == PINSTAGE_ROUTE_ENGINE;
