@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Writes docs/benchmarks.md from one gpu-check --full run.
 
 usage: make_docs.py RESULTS_DIR OUT.md

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """What users would pick instead of pinstage: PyTorch's and CuPy's transfer
 paths, measured with pinstage-bench's method (wall clock around each whole
 call, finished with a stream synchronize so every call ends with the data

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Plots pinstage-bench / peers.py JSON files (schema pinstage-bench/1).
 
 usage: plot.py OUTDIR FILE.json [FILE.json ...]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The emulator's own knobs: configuration, call counting, fault injection,
  * the inspection API tests use, and cuGetProcAddress, the one symbol a
  * driver loader looks up by name. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Initialization, devices, primary contexts and error names. Each emulated
  * device has one primary context; the current context is per thread. */
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The emulated driver's internals. One mutex guards all state; one condition
  * variable is broadcast on every change (work queued, work finished), which
  * is simple and plenty for test workloads. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Device memory, pinned memory and registered ranges.
  *
  * Device memory lives in host memory, but its addresses are non-canonical

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Control and inspection of pinstage's emulated CUDA driver (libpinstage_emu.so).
  *
  * The emulated driver implements the driver ABI pinstage uses, loaded like

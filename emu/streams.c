@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Streams, events and every queued operation.
  *
  * Each stream is a FIFO run in order by its own worker thread. An operation

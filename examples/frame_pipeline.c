@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A frame pipeline, the seed's example made real.
  *
  * Per frame: write a preprocessed 640x640x3 f32 frame straight into pinned

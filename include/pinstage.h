@@ -1,7 +1,23 @@
+/* SPDX-License-Identifier: MIT */
 /* pinstage: fast CUDA host<->device transfers through one reused,
  * grow-on-demand page-locked host buffer.
  *
  * This header is the reference documentation.
+ *
+ * Words, used in one sense each here, in the README, the stats and the bench
+ * -----
+ *  - pinned (page-locked) memory: host memory the driver can DMA from and
+ *    into directly (cuMemAllocHost, cuMemHostRegister).
+ *  - pageable memory: any other host memory (malloc, the stack, a vector).
+ *  - the pageable path: the driver copying pageable memory itself, through
+ *    its own pinned staging memory (cuMemcpyHtoD and friends).
+ *  - staged: moved through the buffer's pinned memory by pinstage, with one
+ *    host copy (route "staged") or by the copy engine (route "engine").
+ *  - resident: data produced or consumed in the buffer's pinned memory
+ *    itself (upload_with / download_into): no host copy at all.
+ *  - route: how upload / download move pageable memory; a profile names the
+ *    fastest route per direction and size.
+ *  - landed: the DMA has finished; what every call waits for.
  *
  * The model
  * ---------
@@ -96,6 +112,12 @@
 #ifndef PINSTAGE_H
 #define PINSTAGE_H
 
+/* C11 or later (the typed calls use _Alignof, pinstage_upload/_download use
+ * _Generic), or C++. */
+#if !defined(__cplusplus) && (!defined(__STDC_VERSION__) || __STDC_VERSION__ < 201112L)
+#error "pinstage.h needs C11 or later (e.g. -std=c11), or C++"
+#endif
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -106,11 +128,16 @@ extern "C" {
 /* ---- Version ------------------------------------------------------------ */
 
 #define PINSTAGE_VERSION_MAJOR 0
-#define PINSTAGE_VERSION_MINOR 1
+#define PINSTAGE_VERSION_MINOR 2
 #define PINSTAGE_VERSION_PATCH 0
 #define PINSTAGE_VERSION_NUMBER \
     (PINSTAGE_VERSION_MAJOR * 10000 + PINSTAGE_VERSION_MINOR * 100 + PINSTAGE_VERSION_PATCH)
-#define PINSTAGE_VERSION_STRING "0.1.0"
+/* "MAJOR.MINOR.PATCH", made from the numbers above. */
+#define PINSTAGE_QUOTE_(x) #x
+#define PINSTAGE_QUOTE(x) PINSTAGE_QUOTE_(x)
+#define PINSTAGE_VERSION_STRING                                                     \
+    PINSTAGE_QUOTE(PINSTAGE_VERSION_MAJOR) "." PINSTAGE_QUOTE(PINSTAGE_VERSION_MINOR) "." \
+        PINSTAGE_QUOTE(PINSTAGE_VERSION_PATCH)
 
 #if defined(PINSTAGE_STATIC_DEFINE)
 #define PINSTAGE_API
@@ -151,7 +178,8 @@ typedef int pinstage_status;
 /* ...and any CUresult a driver call returned, passed through unchanged. */
 
 /* "CUDA_ERROR_INVALID_VALUE" for 1, and so on for every CUresult of CUDA 13.0;
- * "CUDA_ERROR_<code>" style text for codes it does not know. Never NULL. */
+ * "CUDA_ERROR_<code>" for a code it does not know (e.g. "CUDA_ERROR_12345",
+ * valid until the calling thread's next such call). Never NULL. */
 PINSTAGE_API const char *pinstage_status_name(pinstage_status status);
 /* A one-line description of the code. Never NULL. */
 PINSTAGE_API const char *pinstage_status_string(pinstage_status status);
@@ -290,13 +318,13 @@ typedef struct pinstage_buffer pinstage_buffer;
 
 /* Counters describing how a buffer has been used. Only successful transfers
  * count; a failed call leaves them unchanged. Each transfer counts in
- * exactly one of staged_transfers, direct_transfers and
+ * exactly one of staged_transfers, pageable_transfers and
  * pinned_host_transfers; engine_transfers is the part of staged_transfers
  * the copy engine moved. */
 typedef struct pinstage_stats {
     uint64_t pinned_allocations; /* pinned allocations made (cuMemAllocHost_v2 calls that succeeded) */
     uint64_t staged_transfers;   /* transfers that went through the buffer's pinned memory */
-    uint64_t direct_transfers;   /* upload/download handed to the driver's pageable path */
+    uint64_t pageable_transfers;   /* upload/download handed to the driver's pageable path */
     uint64_t bytes_uploaded;     /* host->device bytes, all routes */
     uint64_t bytes_downloaded;   /* device->host bytes, all routes */
     uint64_t pin_time_ns;        /* wall time spent in pinned allocation and release */
@@ -549,10 +577,14 @@ typedef struct pinstage_bf16 { uint16_t bits; } pinstage_bf16;
  * size or alignment is not T's. In C, pinstage_upload(buf, d, src, n, stream)
  * and pinstage_download(buf, dst, n, d, stream) pick the right one from the
  * host pointer's type. */
+/* For the typed calls below, not to be called directly: checks that the
+ * device buffer holds elements of this size and alignment. */
 PINSTAGE_API pinstage_status pinstage_devbuf_check_elem(const pinstage_devbuf *buf,
                                                         size_t elem_size, size_t elem_align,
                                                         const char *caller);
 
+/* For the typed calls below, not to be used directly: a typed fill callback
+ * and its user data, handed through the untyped fill. */
 typedef struct pinstage_typed_fill {
     void (*fn)(void); /* the typed callback, cast back by the typed trampoline */
     void *user_data;
@@ -623,10 +655,38 @@ PINSTAGE_DEFINE_TYPED(i64, int64_t)
 PINSTAGE_DEFINE_TYPED(u64, uint64_t)
 PINSTAGE_DEFINE_TYPED(f16, pinstage_f16)
 PINSTAGE_DEFINE_TYPED(bf16, pinstage_bf16)
+/* char, distinct from int8_t and uint8_t. */
+PINSTAGE_DEFINE_TYPED(char, char)
+#if defined(__LP64__)
+/* Where int64_t is long (LP64), long long is a distinct type. */
+PINSTAGE_DEFINE_TYPED(ll, long long)
+PINSTAGE_DEFINE_TYPED(ull, unsigned long long)
+#endif
+#if defined(__SIZEOF_INT128__)
+/* The seed's 128-bit elements, where the compiler has __int128. */
+__extension__ typedef __int128 pinstage_i128;
+__extension__ typedef unsigned __int128 pinstage_u128;
+PINSTAGE_DEFINE_TYPED(i128, pinstage_i128)
+PINSTAGE_DEFINE_TYPED(u128, pinstage_u128)
+#endif
 
-#if !defined(__cplusplus) && defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+#if !defined(__cplusplus)
+#if defined(__LP64__)
+#define PINSTAGE_GENERIC_LL_(op) \
+    long long *: op##_ll, const long long *: op##_ll, unsigned long long *: op##_ull, const unsigned long long *: op##_ull,
+#else
+#define PINSTAGE_GENERIC_LL_(op)
+#endif
+#if defined(__SIZEOF_INT128__)
+#define PINSTAGE_GENERIC_128_(op) \
+    pinstage_i128 *: op##_i128, const pinstage_i128 *: op##_i128, pinstage_u128 *: op##_u128, const pinstage_u128 *: op##_u128,
+#else
+#define PINSTAGE_GENERIC_128_(op)
+#endif
 #define PINSTAGE_GENERIC_(ptr, op)                                                      \
     _Generic((ptr),                                                                     \
+        PINSTAGE_GENERIC_LL_(op) PINSTAGE_GENERIC_128_(op)                              \
+        char *: op##_char, const char *: op##_char,                                     \
         float *: op##_f32, const float *: op##_f32,                                     \
         double *: op##_f64, const double *: op##_f64,                                   \
         int8_t *: op##_i8, const int8_t *: op##_i8,                                     \

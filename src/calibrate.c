@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Measuring a machine profile: for each direction and size class, every
  * candidate route runs as a user's transfer would (pinstage_buffer_upload /
  * download with a fixed plan, from malloc'd memory that has been written),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Helpers for programs that have no CUDA context or stream of their own
  * (the CLI, the examples, tests): primary contexts, device facts, streams. */
 #include <stdio.h>

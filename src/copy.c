@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Why the sequences look the way they do (measured on an H200 with
  * pinstage-bench, paths side by side):
  *  - Every synchronous call ends by recording an event after its copies and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The driver call sequences behind every transfer: enqueue-only copies, the
  * wait that ends every synchronous call, and what kind of host memory a
  * caller passed. On failure the status is the driver's and this thread's

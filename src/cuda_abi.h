@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The slice of the CUDA driver ABI that pinstage and its emulated driver use.
  *
  * Declared here, not taken from cuda.h, so that neither the library nor the

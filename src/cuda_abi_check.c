@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Compiled only where cuda.h is found at build time: proves that every
  * constant and entry-point signature in cuda_abi.h matches the toolkit's.
  * It produces no code; a mismatch is a compile error. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Device buffers: owned or wrapped device memory with an element type, and
  * the driver's plain pageable copies (the baseline the staging buffer
  * replaces). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The device buffer's layout, shared with the staging code. */
 #ifndef PINSTAGE_DEVBUF_H
 #define PINSTAGE_DEVBUF_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Loading the driver library and filling the entry-point table.
  *
  * Entry points are resolved through the library's cuGetProcAddress at the

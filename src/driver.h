@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The one seam between pinstage and the CUDA driver: a table of entry points
  * filled at run time from whichever driver library is loaded (libcuda.so.1,
  * the emulated driver, or a user's shim). Nothing else in the library calls

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The copy engine: chunks through event-guarded slots, host copies shared
  * by the pool's threads while the calling thread makes the driver calls.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The copy engine behind upload / download of ordinary memory: the transfer
  * is cut into chunks that flow through up to PS_ENGINE_SLOTS slots of the
  * buffer's pinned memory, each slot guarded by an event. While the DMA of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The page-locked allocation a staging buffer owns, and how it grows. */
 #ifndef PINSTAGE_PINNED_H
 #define PINSTAGE_PINNED_H

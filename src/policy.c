@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Path choice per (direction, size): the profile's table, the threshold's
  * override, and the process-wide default profile. */
 #include <pthread.h>

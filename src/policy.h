@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Which path an upload / download of ordinary memory takes, and with which
  * chunk size and thread count: a machine profile (measured by calibrate.c,
  * loaded from a file, or the built-in defaults) looked up by direction and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The worker pool: threads that share a job's pieces with the caller.
  *
  * Shared state and who may touch it:

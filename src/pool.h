@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Worker threads that split one piece of work (a chunk's host copy) with the
  * calling thread. No CUDA in here: the pool only runs functions.
  *

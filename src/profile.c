@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Machine profiles as values: fixed plans, lookups, and the text format they
  * are saved in, which is also their printable form:
  *

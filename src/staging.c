@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The staging buffer: every public transfer reads as
  *   argument checks -> route (policy.c) -> pinned memory (pinned.c)
  *   -> driver calls (copy.c) or the copy engine (engine.c) -> stats
@@ -297,7 +298,7 @@ static pinstage_status move(transfer *t) {
     if (plan.route == PINSTAGE_ROUTE_PAGEABLE && kind == PS_HOST_PAGEABLE) {
         s = pageable_copy(t);
         if (s != PINSTAGE_ERROR_INVALID_VALUE) {
-            if (!s) buf->stats.direct_transfers++;
+            if (!s) buf->stats.pageable_transfers++;
             return s;
         }
     }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Names and descriptions of every CUresult, known without the driver (which
  * may be absent, or a stub that cannot name its own errors), and the
  * per-thread message of the last failure. */
@@ -124,8 +125,13 @@ static const status_entry *find_status(pinstage_status status) {
 }
 
 const char *pinstage_status_name(pinstage_status status) {
+    /* Per thread: the name of an unknown code must not change under a
+     * caller that is still printing it. */
+    static _Thread_local char unknown[32];
     const status_entry *e = find_status(status);
-    return e ? e->name : "CUDA_ERROR_UNRECOGNIZED";
+    if (e) return e->name;
+    snprintf(unknown, sizeof unknown, "CUDA_ERROR_%d", status);
+    return unknown;
 }
 
 const char *pinstage_status_string(pinstage_status status) {

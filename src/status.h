@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Status reporting: the thread-local message behind pinstage_last_error_message. */
 #ifndef PINSTAGE_STATUS_H
 #define PINSTAGE_STATUS_H

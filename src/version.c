@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 #include "pinstage.h"
 
 unsigned pinstage_version_number(void) { return PINSTAGE_VERSION_NUMBER; }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The test suite's assertions and fixtures.
  *
  * Each test program runs against whichever driver pinstage loads: the

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Runs pinstage-bench on the emulated driver and checks its CSV, JSON and
 text output against the schema documented in docs/benchmarks.md, and that it
 fails clearly without a driver.
@@ -13,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 
-PATHS = ["pageable", "auto", "builtin", "staged", "engine", "direct", "pinned-host", "resident", "pageable-async",
+PATHS = ["pageable", "auto", "builtin", "staged", "engine", "pageable-route", "pinned-host", "resident", "pageable-async",
          "fresh-pin", "floor"]
 CSV_COLUMNS = ["direction", "bytes", "label", "path", "reps", "median_us", "min_us", "p10_us",
                "p90_us", "gbps", "ratio_vs_pageable", "emulated"]

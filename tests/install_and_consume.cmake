@@ -1,6 +1,14 @@
-# Installs pinstage into a temporary prefix, then builds and runs a tiny
-# consumer twice: with find_package(pinstage) and with pkg-config.
-# Inputs: SOURCE_DIR BUILD_DIR WORK_DIR CMAKE GENERATOR
+# SPDX-License-Identifier: MIT
+# Installs pinstage into a temporary prefix, then builds and runs consumers
+# the way other projects would, with no flags of their own:
+#  1. find_package(pinstage): a C program and a C++17 program, shared and
+#     static, with cuda.h included before and after pinstage.h where the
+#     CUDA toolkit is present;
+#  2. pkg-config and the plain compiler;
+#  3. the static archive exports the public API alone;
+#  4. a project that vendors pinstage with add_subdirectory builds only the
+#     library and installs nothing of it.
+# Inputs: SOURCE_DIR BUILD_DIR WORK_DIR CMAKE GENERATOR [CUDA_INCLUDE]
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
 
@@ -13,8 +21,9 @@ function(run)
 endfunction()
 
 run(${CMAKE} --install ${BUILD_DIR} --prefix ${prefix})
-foreach(f include/pinstage.h lib/libpinstage.a lib/pkgconfig/pinstage.pc
-          lib/cmake/pinstage/pinstageConfig.cmake lib/libpinstage_emu.so bin/pinstage-bench)
+foreach(f include/pinstage.h include/pinstage/pinstage_emu.h lib/libpinstage.a lib/pkgconfig/pinstage.pc
+          lib/cmake/pinstage/pinstageConfig.cmake lib/libpinstage_emu.so bin/pinstage-bench
+          share/doc/pinstage/LICENSE share/doc/pinstage/CHANGELOG.md)
   if(NOT EXISTS ${prefix}/${f})
     # GNUInstallDirs may pick lib64.
     string(REPLACE "lib/" "lib64/" f64 "${f}")
@@ -23,11 +32,20 @@ foreach(f include/pinstage.h lib/libpinstage.a lib/pkgconfig/pinstage.pc
     endif()
   endif()
 endforeach()
+if(EXISTS ${prefix}/include/pinstage_emu.h)
+  message(FATAL_ERROR "the emulator's header belongs under include/pinstage/")
+endif()
 
 set(consumer ${WORK_DIR}/consumer)
 file(MAKE_DIRECTORY ${consumer})
-file(WRITE ${consumer}/main.c [=[
+set(program [=[
+#ifdef CUDA_BEFORE
+#include <cuda.h>
+#endif
 #include <pinstage.h>
+#ifdef CUDA_AFTER
+#include <cuda.h>
+#endif
 #include <stdio.h>
 #include <string.h>
 int main(void) {
@@ -36,7 +54,7 @@ int main(void) {
     pinstage_devbuf *d;
     for (int i = 0; i < 256; i++) src[i] = (float)i;
     if (pinstage_context_init(0) || pinstage_buffer_create(&buf) || pinstage_devbuf_alloc_f32(&d, 256) ||
-        pinstage_upload(buf, d, (const float *)src, 256, NULL) || pinstage_download(buf, back, 256, d, NULL)) {
+        pinstage_buffer_upload_f32(buf, d, src, 256, NULL) || pinstage_buffer_download_f32(buf, back, 256, d, NULL)) {
         fprintf(stderr, "%s\n", pinstage_last_error_message());
         return 1;
     }
@@ -46,28 +64,63 @@ int main(void) {
     return memcmp(src, back, sizeof src) != 0;
 }
 ]=])
-file(WRITE ${consumer}/CMakeLists.txt [=[
-cmake_minimum_required(VERSION 3.16)
-project(consumer C)
-find_package(pinstage 0.1 REQUIRED)
-add_executable(consumer main.c)
-target_link_libraries(consumer PRIVATE pinstage::pinstage)
-add_executable(consumer_static main.c)
-target_link_libraries(consumer_static PRIVATE pinstage::pinstage_static)
+file(WRITE ${consumer}/main.c "${program}")
+file(WRITE ${consumer}/main.cpp "${program}")
+# The C11 selection by pointer type, in C only.
+file(WRITE ${consumer}/generic.c [=[
+#include <pinstage.h>
+int main(void) {
+    float f[4] = {0};
+    pinstage_buffer *buf;
+    pinstage_devbuf *d;
+    if (pinstage_context_init(0) || pinstage_buffer_create(&buf) || pinstage_devbuf_alloc_f32(&d, 4)) return 1;
+    int rc = pinstage_upload(buf, d, (const float *)f, 4, NULL) || pinstage_download(buf, f, 4, d, NULL);
+    pinstage_devbuf_free(d);
+    pinstage_buffer_free(buf);
+    return rc;
+}
 ]=])
+set(cuda_cases NONE)
+if(CUDA_INCLUDE)
+  list(APPEND cuda_cases CUDA_BEFORE CUDA_AFTER)
+endif()
+file(WRITE ${consumer}/CMakeLists.txt "
+cmake_minimum_required(VERSION 3.25)
+project(consumer C CXX)
+set(CMAKE_CXX_STANDARD 17)
+find_package(pinstage 0.2 REQUIRED)
+foreach(case ${cuda_cases})
+  foreach(kind pinstage pinstage_static)
+    add_executable(c_\${case}_\${kind} main.c)
+    add_executable(cxx_\${case}_\${kind} main.cpp)
+    foreach(t c_\${case}_\${kind} cxx_\${case}_\${kind})
+      target_link_libraries(\${t} PRIVATE pinstage::\${kind})
+      target_compile_definitions(\${t} PRIVATE \${case})
+      target_include_directories(\${t} PRIVATE ${CUDA_INCLUDE})
+    endforeach()
+  endforeach()
+endforeach()
+add_executable(generic generic.c)
+target_link_libraries(generic PRIVATE pinstage::pinstage)
+")
 
 file(GLOB emu ${prefix}/lib*/libpinstage_emu.so)
 set(ENV{PINSTAGE_DRIVER} ${emu})
 
-# 1. find_package
+# 1. find_package, C and C++17, shared and static, cuda.h before and after.
 run(${CMAKE} -S ${consumer} -B ${consumer}/build -G ${GENERATOR} -DCMAKE_PREFIX_PATH=${prefix})
 run(${CMAKE} --build ${consumer}/build)
-run(${consumer}/build/consumer)
-message(STATUS "find_package shared: ${last_output}")
-run(${consumer}/build/consumer_static)
-message(STATUS "find_package static: ${last_output}")
+foreach(case IN LISTS cuda_cases)
+  foreach(kind pinstage pinstage_static)
+    foreach(lang c cxx)
+      run(${consumer}/build/${lang}_${case}_${kind})
+      message(STATUS "find_package ${lang} ${kind} (${case}): ${last_output}")
+    endforeach()
+  endforeach()
+endforeach()
+run(${consumer}/build/generic)
 
-# 2. pkg-config
+# 2. pkg-config, and the compiler's own default C standard.
 find_program(PKG_CONFIG pkg-config REQUIRED)
 find_program(CC NAMES cc gcc REQUIRED)
 file(GLOB pcdir ${prefix}/lib*/pkgconfig)
@@ -76,6 +129,51 @@ run(${PKG_CONFIG} --cflags --libs pinstage)
 string(STRIP "${last_output}" flags)
 separate_arguments(flags UNIX_COMMAND "${flags}")
 file(GLOB libdir ${prefix}/lib ${prefix}/lib64)
-run(${CC} -std=c11 ${consumer}/main.c -o ${consumer}/consumer_pc ${flags} -Wl,-rpath,${libdir})
+run(${CC} ${consumer}/main.c -o ${consumer}/consumer_pc ${flags} -Wl,-rpath,${libdir})
 run(${consumer}/consumer_pc)
 message(STATUS "pkg-config: ${last_output}")
+
+# 3. The archive's global symbols are the public API's.
+find_program(NM nm)
+if(NM)
+  file(GLOB archive ${prefix}/lib*/libpinstage.a)
+  run(${NM} -g --defined-only ${archive})
+  string(REGEX MATCHALL "\n[0-9a-f]+ [A-Z] [^\n]+" symbols "\n${last_output}")
+  foreach(line IN LISTS symbols)
+    string(REGEX REPLACE ".* [A-Z] " "" name "${line}")
+    if(NOT name MATCHES "^pinstage_")
+      message(FATAL_ERROR "libpinstage.a exports an internal symbol: ${name}")
+    endif()
+  endforeach()
+  list(LENGTH symbols count)
+  message(STATUS "libpinstage.a exports ${count} symbols, all pinstage_*")
+endif()
+
+# 4. Vendored: only the library is built, nothing of pinstage is installed.
+set(vendor ${WORK_DIR}/vendor)
+file(MAKE_DIRECTORY ${vendor})
+file(WRITE ${vendor}/main.c "${program}")
+file(WRITE ${vendor}/CMakeLists.txt "
+cmake_minimum_required(VERSION 3.25)
+project(vendor C)
+add_subdirectory(${SOURCE_DIR} pinstage)
+add_executable(app main.c)
+target_link_libraries(app PRIVATE pinstage::pinstage)
+install(TARGETS app RUNTIME DESTINATION bin)
+")
+run(${CMAKE} -S ${vendor} -B ${vendor}/build -G ${GENERATOR})
+run(${CMAKE} --build ${vendor}/build)
+run(${vendor}/build/app)
+message(STATUS "vendored: ${last_output}")
+foreach(unwanted pinstage-bench libpinstage_emu.so test_transfer frame_pipeline)
+  file(GLOB_RECURSE found ${vendor}/build/pinstage/${unwanted} ${vendor}/build/pinstage/*/${unwanted})
+  if(found)
+    message(FATAL_ERROR "a vendored pinstage built ${unwanted}")
+  endif()
+endforeach()
+run(${CMAKE} --install ${vendor}/build --prefix ${vendor}/prefix)
+file(GLOB_RECURSE installed RELATIVE ${vendor}/prefix ${vendor}/prefix/*)
+if(NOT installed STREQUAL "bin/app")
+  message(FATAL_ERROR "a vendored pinstage installed more than the app: ${installed}")
+endif()
+message(STATUS "vendored install: ${installed}")

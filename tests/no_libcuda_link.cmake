@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Fails when the shared library records libcuda as a dependency.
 execute_process(COMMAND readelf -d ${LIB} OUTPUT_VARIABLE out RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)

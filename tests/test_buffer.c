@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The staging buffer's life cycle: creation, capacity, reserve, shrink,
  * threshold and counters. */
 #include "check.h"
@@ -22,7 +23,7 @@ static void create_pins_nothing(void) {
     pinstage_buffer_stats(buf, &st);
     CHECK_EQ(st.pinned_allocations, 0);
     CHECK_EQ(st.staged_transfers, 0);
-    CHECK_EQ(st.direct_transfers, 0);
+    CHECK_EQ(st.pageable_transfers, 0);
     CHECK_EQ(st.bytes_uploaded, 0);
     CHECK_EQ(st.bytes_downloaded, 0);
     CHECK_EQ(st.pin_time_ns, 0);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 // The public header in a C++ program: extern "C" linkage, the typed calls,
 // and coexistence with code that defines the driver's types itself.
 #include "pinstage.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Device buffers, the pageable baseline copies, and the context, device and
  * stream helpers. */
 #include "check.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Loading the driver: by environment variable or API call, failures that say
  * what was tried and how to fix it, and a process that keeps working once a
  * driver loads. Modes (argv[1]) set up by ctest:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The emulated driver is a test instrument: each classic transfer bug is
  * shown producing wrong bytes with the wrong usage, and right bytes with the
  * right one. Slow timing makes the wrong usage fail every time, not by luck. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The copy engine and the routes around it: exact bytes at every chunk
  * boundary with slots reused while DMAs are slow, ordering against queued
  * work on every stream kind, a driver failure at each stage of a pipeline,
@@ -65,7 +66,7 @@ static void every_chunk_boundary_moves_exact_bytes(void) {
         pinstage_buffer_stats(buf, &st);
         CHECK_EQ(st.engine_transfers, 2 * sizeof sizes / sizeof sizes[0]);
         CHECK_EQ(st.staged_transfers, st.engine_transfers);
-        CHECK_EQ(st.direct_transfers, 0);
+        CHECK_EQ(st.pageable_transfers, 0);
         /* Four slots of one chunk at most. */
         CHECK(pinstage_buffer_capacity(buf) <= 4 * 64 * K);
         pinstage_buffer_free(buf);
@@ -155,7 +156,7 @@ static void page_locked_memory_goes_straight_to_the_dma(void) {
     pinstage_buffer_stats(buf, &st);
     CHECK_EQ(st.pinned_host_transfers, 2);
     CHECK_EQ(st.staged_transfers, 0);
-    CHECK_EQ(st.direct_transfers, 0);
+    CHECK_EQ(st.pageable_transfers, 0);
     CHECK_EQ(st.bytes_uploaded, bytes);
     CHECK_EQ(st.bytes_downloaded, bytes);
     CHECK_EQ(pinstage_buffer_capacity(buf), 0); /* nothing pinned for it */
@@ -214,7 +215,7 @@ static void partly_page_locked_memory_is_staged(void) {
             CHECK_EQ(pattern_mismatch(host, bytes, seed + 1), -1);
             pinstage_stats st;
             pinstage_buffer_stats(buf, &st);
-            CHECK_EQ(st.staged_transfers + st.direct_transfers, 2);
+            CHECK_EQ(st.staged_transfers + st.pageable_transfers, 2);
             if (i < 2) CHECK_EQ(st.staged_transfers, 2); /* the driver refuses these ranges */
             pinstage_buffer_free(buf);
         }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Bad input: a clear status and message, no driver call, nothing changed. */
 #include "check.h"
 

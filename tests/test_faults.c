@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Fault injection through the emulated driver, for every public operation:
  * the driver's status comes back with the failing call named, counters do not
  * move, the buffer stays usable (the same call then succeeds with the exact
@@ -108,7 +109,7 @@ static void transfers_survive_each_driver_failure(void) {
         CHECK_MESSAGE(f->named);
         pinstage_buffer_stats(buf, &after);
         CHECK_EQ(after.staged_transfers, before.staged_transfers);
-        CHECK_EQ(after.direct_transfers, before.direct_transfers);
+        CHECK_EQ(after.pageable_transfers, before.pageable_transfers);
         CHECK_EQ(after.bytes_uploaded, before.bytes_uploaded);
         CHECK_EQ(after.bytes_downloaded, before.bytes_downloaded);
         CHECK_EQ(after.pinned_allocations, before.pinned_allocations);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The worker pool: every piece of every job runs exactly once, from many
  * threads at once; start, resize, idle, shutdown; an idle pool uses no CPU. */
 #include <pthread.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Machine profiles: calibration, the text format (save, load, damaged and
  * foreign files refused with the reason), fixed plans, the process default,
  * a buffer's own profile, and PINSTAGE_PROFILE at start-up. */
@@ -209,7 +210,7 @@ static void default_and_buffer_profiles(void) {
     REQUIRE_OK(pinstage_buffer_create(&buf));
     CHECK_OK(pinstage_profile_set_default(pageable));
     counts_for_one_upload(buf, &st);
-    CHECK_EQ(st.direct_transfers, 1);
+    CHECK_EQ(st.pageable_transfers, 1);
     CHECK_OK(pinstage_profile_set_default(staged));
     counts_for_one_upload(buf, &st);
     CHECK_EQ(st.staged_transfers, 1);
@@ -222,7 +223,7 @@ static void default_and_buffer_profiles(void) {
     /* The buffer's own profile wins over the default. */
     CHECK_OK(pinstage_buffer_set_profile(buf, pageable));
     counts_for_one_upload(buf, &st);
-    CHECK_EQ(st.direct_transfers, 2);
+    CHECK_EQ(st.pageable_transfers, 2);
     /* A threshold wins over both: staged at or below it, through the
      * profile's staging route. */
     pinstage_buffer_set_auto_stage_max_bytes(buf, SIZE_MAX);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Every transfer path moves the exact bytes, counts itself, and is ordered
  * against the stream it is given, on the emulated and the real driver. */
 #include "check.h"
@@ -49,7 +50,7 @@ static void upload_with_round_trips(void) {
     pinstage_stats st;
     pinstage_buffer_stats(buf, &st);
     CHECK_EQ(st.staged_transfers, 4);
-    CHECK_EQ(st.direct_transfers, 0);
+    CHECK_EQ(st.pageable_transfers, 0);
     CHECK_EQ(st.bytes_uploaded, (1 + SEED_SMALL + SEED_MID + SEED_LARGE) * sizeof(float));
     CHECK_EQ(st.bytes_downloaded, 0);
     pinstage_buffer_free(buf);
@@ -157,7 +158,7 @@ static void slice_paths_follow_the_threshold(void) {
         pinstage_stats st;
         pinstage_buffer_stats(buf, &st);
         CHECK_EQ(st.staged_transfers, cases[i].staged ? 2 : 0);
-        CHECK_EQ(st.direct_transfers, cases[i].staged ? 0 : 2);
+        CHECK_EQ(st.pageable_transfers, cases[i].staged ? 0 : 2);
         CHECK_EQ(st.bytes_uploaded, bytes);
         CHECK_EQ(st.bytes_downloaded, bytes);
         /* The direct path pins nothing. */
@@ -186,7 +187,7 @@ static void threshold_forces_either_path(void) {
     pinstage_stats st;
     pinstage_buffer_stats(buf, &st);
     CHECK_EQ(st.staged_transfers, 2);
-    CHECK_EQ(st.direct_transfers, 0);
+    CHECK_EQ(st.pageable_transfers, 0);
 
     pinstage_devbuf *small;
     REQUIRE_OK(pinstage_devbuf_alloc_f32(&small, 16));
@@ -198,7 +199,7 @@ static void threshold_forces_either_path(void) {
     CHECK_EQ(pattern_mismatch(back, 64, 401), -1);
     pinstage_buffer_stats(buf, &st);
     CHECK_EQ(st.staged_transfers, 2);
-    CHECK_EQ(st.direct_transfers, 2);
+    CHECK_EQ(st.pageable_transfers, 2);
 
     /* upload_with and download_into stage whatever the threshold. */
     fill_state f = {.seed = 402};
@@ -208,7 +209,7 @@ static void threshold_forces_either_path(void) {
     CHECK_EQ(pattern_mismatch(view, 64, 402), -1);
     pinstage_buffer_stats(buf, &st);
     CHECK_EQ(st.staged_transfers, 4);
-    CHECK_EQ(st.direct_transfers, 2);
+    CHECK_EQ(st.pageable_transfers, 2);
     free(src);
     free(back);
     pinstage_devbuf_free(d);
@@ -298,6 +299,15 @@ static void every_element_type_round_trips(void) {
     TYPED_ROUND_TRIP(uint64_t, pinstage_devbuf_alloc_u64, 10);
     TYPED_ROUND_TRIP(pinstage_f16, pinstage_devbuf_alloc_f16, 11);
     TYPED_ROUND_TRIP(pinstage_bf16, pinstage_devbuf_alloc_bf16, 12);
+    TYPED_ROUND_TRIP(char, pinstage_devbuf_alloc_char, 14);
+#if defined(__LP64__)
+    TYPED_ROUND_TRIP(long long, pinstage_devbuf_alloc_ll, 15);
+    TYPED_ROUND_TRIP(unsigned long long, pinstage_devbuf_alloc_ull, 16);
+#endif
+#if defined(__SIZEOF_INT128__)
+    TYPED_ROUND_TRIP(pinstage_i128, pinstage_devbuf_alloc_i128, 17);
+    TYPED_ROUND_TRIP(pinstage_u128, pinstage_devbuf_alloc_u128, 18);
+#endif
 
     /* A user-defined element: 12-byte, 4-aligned RGB triple. */
     typedef struct {

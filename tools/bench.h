@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* pinstage-bench: every transfer path measured with one method, side by side. */
 #ifndef PINSTAGE_BENCH_H
 #define PINSTAGE_BENCH_H

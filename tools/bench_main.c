@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* pinstage-bench: options, the measurement loop and the correctness check.
  * Run `pinstage-bench --help` for usage. */
 #include <errno.h>
@@ -17,7 +18,7 @@ static const char usage[] =
     "                     default: the seed's shapes 112x112x3, 128x128x3, 640x640x3 f32\n"
     "  --sweep A:B        powers of two from A to B, e.g. 4K:256M\n"
     "  --direction D      h2d, d2h or both (default both)\n"
-    "  --paths LIST       comma-separated subset of: pageable,auto,builtin,staged,engine,direct,\n"
+    "  --paths LIST       comma-separated subset of: pageable,auto,builtin,staged,engine,pageable-route,\n"
     "                     pinned-host,resident,pageable-async,fresh-pin,floor (default all)\n"
     "  --engine C:T       the engine path's chunk bytes and threads (0: all), default 1M:0\n"
     "  --profile FILE     the profile \"auto\" follows (default: $PINSTAGE_PROFILE, else built-in)\n"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The paths pinstage-bench measures. The library's paths go through the
  * public API; "floor" and "fresh-pin" call the driver directly, so the
  * library's own overhead shows as the gap between "resident" and "floor". */
@@ -57,7 +58,7 @@ static pinstage_status engine_setup(bench_cell *c, void **state) {
     (void)c;
     return fixed_setup(state, PINSTAGE_ROUTE_ENGINE, bench_config.engine.chunk, bench_config.engine.threads);
 }
-static pinstage_status direct_setup(bench_cell *c, void **state) {
+static pinstage_status pageable_route_setup(bench_cell *c, void **state) {
     (void)c;
     return buffer_setup(state, 0, NULL);
 }
@@ -232,7 +233,7 @@ const bench_path bench_paths[] = {
     {"builtin", "upload / download with the built-in profile (no calibration)", builtin_setup, slice_run, buffer_teardown},
     {"staged", "upload / download, route staged: one memcpy through pinned memory", staged_setup, slice_run, buffer_teardown},
     {"engine", "upload / download, route engine at the --engine settings", engine_setup, slice_run, buffer_teardown},
-    {"direct", "upload / download, threshold 0: always the pageable path", direct_setup, slice_run, buffer_teardown},
+    {"pageable-route", "upload / download, threshold 0: the pageable route, landed on return", pageable_route_setup, slice_run, buffer_teardown},
     {"pinned-host", "upload / download of page-locked host memory: straight DMA", pinned_host_setup, pinned_host_run, pinned_host_teardown},
     {"resident", "upload_with / download_into", resident_setup, resident_run, resident_teardown},
     {"pageable-async", "async copy from/into pageable memory + sync (raw driver)", no_setup, pageable_async_run, no_teardown},

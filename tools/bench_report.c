@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* pinstage-bench output: text (the seed's table plus every statistic, after
  * '#' context lines), CSV, or JSON with a context object. The schema is
  * documented in docs/benchmarks.md and checked by tests/check_bench_output.py. */
