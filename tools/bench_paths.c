@@ -62,7 +62,7 @@ static pinstage_status pageable_route_setup(bench_cell *c, void **state) {
     (void)c;
     return buffer_setup(state, 0, NULL);
 }
-static pinstage_status slice_run(bench_cell *c, void *state) {
+static pinstage_status buffer_run(bench_cell *c, void *state) {
     return c->direction == BENCH_H2D
                ? pinstage_buffer_upload(state, c->device, c->host, c->bytes, c->stream)
                : pinstage_buffer_download(state, c->host, c->bytes, c->device, c->stream);
@@ -229,11 +229,11 @@ static void no_teardown(bench_cell *c, void *state) { (void)c, (void)state; }
 
 const bench_path bench_paths[] = {
     {"pageable", "copy_from_host / copy_to_host: the driver's pageable path", no_setup, pageable_run, no_teardown},
-    {"auto", "upload / download as the profile chooses (--profile, else built-in)", auto_setup, slice_run, buffer_teardown},
-    {"builtin", "upload / download with the built-in profile (no calibration)", builtin_setup, slice_run, buffer_teardown},
-    {"staged", "upload / download, route staged: one memcpy through pinned memory", staged_setup, slice_run, buffer_teardown},
-    {"engine", "upload / download, route engine at the --engine settings", engine_setup, slice_run, buffer_teardown},
-    {"pageable-route", "upload / download, threshold 0: the pageable route, landed on return", pageable_route_setup, slice_run, buffer_teardown},
+    {"auto", "upload / download as the profile chooses (--profile, else built-in)", auto_setup, buffer_run, buffer_teardown},
+    {"builtin", "upload / download with the built-in profile (no calibration)", builtin_setup, buffer_run, buffer_teardown},
+    {"staged", "upload / download, route staged: one memcpy through pinned memory", staged_setup, buffer_run, buffer_teardown},
+    {"engine", "upload / download, route engine at the --engine settings", engine_setup, buffer_run, buffer_teardown},
+    {"pageable-route", "upload / download, threshold 0: the pageable route, landed on return", pageable_route_setup, buffer_run, buffer_teardown},
     {"pinned-host", "upload / download of page-locked host memory: straight DMA", pinned_host_setup, pinned_host_run, pinned_host_teardown},
     {"resident", "upload_with / download_into", resident_setup, resident_run, resident_teardown},
     {"pageable-async", "async copy from/into pageable memory + sync (raw driver)", no_setup, pageable_async_run, no_teardown},
