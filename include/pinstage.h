@@ -39,7 +39,8 @@
  *    cuMemHostRegister: a PyTorch pinned tensor, a decoder's frame pool) is
  *    copied straight from / into, with no staging. Ordinary (pageable)
  *    memory takes, per direction and size, the fastest of three routes the
- *    machine's profile names (see "Routes and profiles" below): the driver's
+ *    machine's profile names (see "Routes, the copy engine and machine
+ *    profiles" below): the driver's
  *    pageable path, staging through pinned memory with one host copy, or the
  *    copy engine, which pipelines a multi-threaded host copy against the DMA
  *    in chunks.
@@ -64,11 +65,12 @@
  * polling it (cuEventQuery), not with cuStreamSynchronize: a context made
  * with CU_CTX_SCHED_BLOCKING_SYNC (common in TensorRT deployments) makes
  * cuStreamSynchronize wake late, about doubling a 150 KiB transfer, while a
- * poll returns the moment the copy lands in every scheduling mode. The
- * calling thread polls for about the time the copy takes on a fast link
- * (a 150 KiB copy: some 10 us of one core), then checks every ~50-100 us
- * from a sleep, so a long transfer costs a few percent of a core. Transfers
- * that sleep first: those expected to take over 1 ms.
+ * poll returns the moment the copy lands in every scheduling mode. What the
+ * wait costs in CPU: the calling thread sleeps first through most of a copy
+ * expected to take over 1 ms at 64 GB/s, polls without pause until twice
+ * that expected time (a 150 KiB copy: about 10 us of one core), then polls
+ * once per 50-100 us from a sleep. The pool's workers spin 200 us after
+ * their last piece, then park (see "The worker pool").
  *
  * Context
  * -------
