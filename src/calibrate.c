@@ -62,7 +62,7 @@ static size_t candidates_for(size_t bytes, unsigned all_threads, int thorough, c
     if (all_threads < 2) return n;
     for (size_t t = 0; t < nthreads; t++) {
         unsigned th = threads[t] >= all_threads ? 0 : threads[t];
-        if (large && th && th < 4) continue;
+        if (!thorough && bytes >= M && th && th < 4) continue;
         if (bytes / 8192 < (th ? th : all_threads) / 2) continue; /* pieces under 16 KiB */
         if (bytes <= PS_ENGINE_MAX_CHUNK) n = add(c, n, PINSTAGE_ROUTE_ENGINE, 0, th);
         if (bytes <= M) {
@@ -122,17 +122,23 @@ static pinstage_status measure_class(bench_state *b, ps_direction dir, unsigned 
     static double samples[MAX_CANDIDATES][ROUNDS * 11];
     pinstage_devbuf *dev;
     pinstage_status s = pinstage_devbuf_wrap(&dev, b->dev, bytes, 1, 1);
-    for (size_t i = 0; i < n && !s; i++)
+    /* From 16 MiB the driver's pageable path loses by 2-4x: one call of it
+     * says so, and it is the slowest call of all. */
+    int pageable_once = !thorough && bytes >= 16 * M;
+    for (size_t i = pageable_once; i < n && !s; i++)
         if (!(s = use_plan(b, &c[i].plan))) s = run_calls(b, dir, dev, bytes, warmup, NULL);
     for (int r = 0; r < ROUNDS && !s; r++)
-        for (size_t i = 0; i < n && !s; i++)
+        for (size_t i = 0; i < n && !s; i++) {
+            if (i == 0 && pageable_once && r > 0) continue;
             if (!(s = use_plan(b, &c[i].plan)) && !(s = run_calls(b, dir, dev, bytes, bytes < M, NULL)))
                 s = run_calls(b, dir, dev, bytes, per_round, samples[i] + r * per_round);
+        }
     pinstage_devbuf_free(dev);
     if (s) return s;
     for (size_t i = 0; i < n; i++) {
-        qsort(samples[i], (size_t)reps, sizeof samples[i][0], compare_double);
-        c[i].us = samples[i][reps / 2];
+        int taken = i == 0 && pageable_once ? per_round : reps;
+        qsort(samples[i], (size_t)taken, sizeof samples[i][0], compare_double);
+        c[i].us = samples[i][taken / 2];
     }
     const candidate *pageable = &c[0], *staging = &c[1];
     for (size_t i = 1; i < n; i++)
@@ -159,9 +165,10 @@ pinstage_status pinstage_profile_calibrate(pinstage_profile **out, int thorough)
     const ps_driver *d;
     pinstage_status s = ps_driver_get(&d);
     if (s) return s;
-    /* Fast: every class to 64 MiB but the half-octaves above 8 MiB, which
-     * take the plan below; the classes above 64 MiB take its chunks with
-     * every thread (at 256 MiB that beat 8 threads on the H200 machine). */
+    /* Fast: every class to 64 MiB but the half-octaves below 32 KiB and
+     * above 8 MiB, which take the plan below; the classes above 64 MiB take
+     * its chunks with every thread (at 256 MiB that beat 8 threads on the
+     * H200 machine). */
     unsigned last = thorough ? PS_CLASSES - 1 : 2 * (26 - PS_CLASS_MIN_LOG2);
     size_t most = ps_class_bytes(last);
     pinstage_profile *p = calloc(1, sizeof *p);
@@ -183,14 +190,21 @@ pinstage_status pinstage_profile_calibrate(pinstage_profile **out, int thorough)
         s = ps_fail_driver((pinstage_status)r, caller, "cuMemAlloc_v2");
         goto done;
     }
-    if ((s = pinstage_buffer_create(&b.buf))) goto done;
+    /* All the pinned memory any candidate needs, at once: growing through
+     * every size would time pinned allocations, not transfers. */
+    if ((s = pinstage_buffer_create(&b.buf)) ||
+        (s = pinstage_buffer_reserve(b.buf, most < PS_ENGINE_SLOTS * PS_ENGINE_MAX_CHUNK
+                                                ? most
+                                                : PS_ENGINE_SLOTS * PS_ENGINE_MAX_CHUNK)))
+        goto done;
     unsigned all_threads = ps_pool_workers(ps_pool_default()) + 1;
     p->host_threads = all_threads;
     p->origin = PINSTAGE_PROFILE_MEASURED;
     for (unsigned cls = 0; cls <= last && !s; cls++)
         for (int dir = 0; dir < 2 && !s; dir++) {
             ps_class_plan *k = &p->classes[dir][cls];
-            if (!thorough && cls % 2 && ps_class_bytes(cls) > 8 * M) {
+            size_t at = ps_class_bytes(cls);
+            if (!thorough && cls % 2 && (at > 8 * M || at < 32 * K)) {
                 *k = p->classes[dir][cls - 1];
                 k->us_best = k->us_staging = k->us_pageable = 0;
             } else {
