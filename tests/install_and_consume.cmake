@@ -80,6 +80,11 @@ int main(void) {
     return rc;
 }
 ]=])
+# The emulator's control API, through the exported target and its header.
+file(WRITE ${consumer}/uses_emu.c [=[
+#include <pinstage_emu.h>
+int main(void) { return pinstage_emu_version() < 1; }
+]=])
 set(cuda_cases NONE)
 if(CUDA_INCLUDE)
   list(APPEND cuda_cases CUDA_BEFORE CUDA_AFTER)
@@ -89,6 +94,11 @@ cmake_minimum_required(VERSION 3.25)
 project(consumer C CXX)
 set(CMAKE_CXX_STANDARD 17)
 find_package(pinstage 0.2 REQUIRED)
+if(NOT TARGET pinstage::emu OR NOT TARGET pinstage::pinstage OR NOT TARGET pinstage::pinstage_static)
+  message(FATAL_ERROR \"the package lacks pinstage::pinstage, pinstage::pinstage_static or pinstage::emu\")
+endif()
+add_executable(uses_emu uses_emu.c)
+target_link_libraries(uses_emu PRIVATE pinstage::emu)
 foreach(case ${cuda_cases})
   foreach(kind pinstage pinstage_static)
     add_executable(c_\${case}_\${kind} main.c)
@@ -119,6 +129,7 @@ foreach(case IN LISTS cuda_cases)
   endforeach()
 endforeach()
 run(${consumer}/build/generic)
+run(${consumer}/build/uses_emu)
 
 # 2. pkg-config, and the compiler's own default C standard.
 find_program(PKG_CONFIG pkg-config REQUIRED)
