@@ -93,9 +93,10 @@ static size_t chunk_len(const schedule *s, size_t k) {
 
 /* Non-temporal stores for the large pieces of an upload: the pinned bytes
  * are read next by the DMA engine, not by this core, so caching them only
- * costs read-for-ownership traffic. On the H200 machine they took a 64 MiB
- * upload from 1835 to 1507 us; downloads, whose destination the program
- * reads next, were faster with plain stores. */
+ * costs read-for-ownership traffic. In one grid of settings on the H200
+ * machine the best 64 MiB upload took 1507 us with them and 1691 us without;
+ * downloads, whose destination the program reads next, were faster with
+ * plain stores. */
 static void copy_stream(unsigned char *dst, const unsigned char *src, size_t len) {
 #if defined(__SSE2__)
     size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
