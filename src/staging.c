@@ -259,11 +259,9 @@ static pinstage_status pinned_host_copy(const transfer *t) {
 /* The driver's pageable path. Returns CUDA_ERROR_INVALID_VALUE untouched
  * when the driver refuses the host range (partly page-locked inside). */
 static pinstage_status pageable_copy(const transfer *t) {
-    if (t->dir == PS_H2D) {
-        pinstage_status s = ps_enqueue_h2d(t->d, t->dev, t->host, t->bytes, t->stream, t->caller);
-        return s ? s : ps_record_and_wait(t->d, t->buf->events[0], t->stream, t->bytes, t->caller);
-    }
-    return ps_copy_d2h_pageable(t->d, t->host, t->dev, t->bytes, t->stream, t->buf->events[0], t->caller);
+    return t->dir == PS_H2D
+               ? ps_copy_h2d_pageable(t->d, t->dev, t->host, t->bytes, t->stream, t->buf->events[0], t->caller)
+               : ps_copy_d2h_pageable(t->d, t->host, t->dev, t->bytes, t->stream, t->buf->events[0], t->caller);
 }
 
 static pinstage_status engine_copy(const transfer *t, const ps_plan *plan) {
