@@ -44,15 +44,21 @@
  *    pageable path, staging through pinned memory with one host copy, or the
  *    copy engine, which pipelines a multi-threaded host copy against the DMA
  *    in chunks.
+ *  - pinstage_ring_*: the same two kinds of call, asynchronous: they return
+ *    before the copy lands, so the CPU prepares the next frame while this
+ *    one crosses the bus, with K pinned slots reused only once their copies
+ *    have finished (see "The asynchronous ring").
  *  - pinstage_devbuf_copy_from_host / pinstage_devbuf_copy_to_host: the
  *    driver's plain pageable path, the baseline the calls above replace.
  *
  * Stream semantics
  * ----------------
- * Every transfer call is synchronous for the calling thread: it returns only
- * once the data has landed (on the device for uploads, in host memory for
- * downloads). The next call reuses the same pinned bytes, so the DMA reading
- * them must have finished.
+ * Every transfer call of a pinstage_buffer is synchronous for the calling
+ * thread: it returns only once the data has landed (on the device for
+ * uploads, in host memory for downloads). The next call reuses the same
+ * pinned bytes, so the DMA reading them must have finished. The ring's
+ * calls (see "The asynchronous ring") return before their copies land, and
+ * keep each slot out of use until its copy has.
  * Every transfer of a pinstage_buffer is ordered against the given stream,
  * whatever route it takes: an upload lands after the work already queued on
  * the stream, a download sees the results of that work. This holds for
@@ -81,7 +87,7 @@
  * -------------
  * One pinstage_buffer (and the view download_into returns) is used by one
  * thread at a time; distinct buffers are independent and may be used from
- * different threads concurrently. Device buffers follow the same rule.
+ * different threads concurrently. Rings and device buffers follow the same rule.
  * Loading the driver, status names, version queries, profiles and the
  * worker pool's functions are thread-safe; the last-error message is per
  * thread.
@@ -437,6 +443,160 @@ PINSTAGE_API pinstage_status pinstage_buffer_upload(pinstage_buffer *buf, pinsta
 PINSTAGE_API pinstage_status pinstage_buffer_download(pinstage_buffer *buf, void *dst, size_t n,
                                                       const pinstage_devbuf *src, CUstream stream);
 
+/* ---- The asynchronous ring ------------------------------------------------ */
+
+/* A pinstage_ring overlaps a frame's host work with the previous frame's
+ * copies: its calls enqueue a copy and return without waiting for it, so
+ * the CPU prepares frame k+1 while frame k crosses the bus. It keeps K
+ * pinned slots, each a pinned allocation grown like a buffer's (on first
+ * use, to its high-water mark, in PINSTAGE_CAPACITY_GRANULARITY steps), and
+ * an event per slot recorded behind the slot's last copy. That event is what
+ * makes reuse safe by construction:
+ *
+ *  - Uploads (upload_with_async, upload_async) write a slot on the host, so
+ *    a slot is handed to an upload only once its event has completed,
+ *    whichever stream its last copy ran on.
+ *  - Downloads (download_async) write a slot by DMA, so the copy is queued
+ *    behind the slot's last copy on the device instead (cuStreamWaitEvent
+ *    when that copy ran on another stream): a download never waits on the
+ *    host for a slot.
+ *
+ * Which slot: a free slot, least recently used first; failing that, the
+ * slot of the oldest download whose view was collected (its view ends
+ * there). The slot of a download whose ticket is neither collected nor
+ * released is never handed out: when all K are such, calls return
+ * PINSTAGE_ERROR_NOT_PERMITTED (collect or release a ticket first).
+ *
+ * When the slot an upload gets is still busy, the ring waits for it
+ * (counted in slot_waits / slot_wait_ns: if they grow, K is too small), or,
+ * made with PINSTAGE_RING_NONBLOCKING, returns PINSTAGE_ERROR_NOT_READY
+ * having done nothing (fill is not called) so the caller can do other work
+ * and retry.
+ *
+ * Stream semantics: every copy is enqueued on the given stream after the
+ * work already queued there (NULL is the legacy default stream; non-
+ * blocking streams work alike); device work queued later on the same stream
+ * sees an upload's data. The calls return before the copies land: the
+ * device buffers involved must stay allocated until then (a ticket's
+ * completion, or pinstage_ring_synchronize). Waiting, where a call waits,
+ * polls the slot's event as the synchronous calls do.
+ *
+ * Tickets: download_async returns a ticket (never 0). pinstage_ring_wait
+ * (or _poll) completes it and returns the slot's bytes as a read-only view,
+ * valid until that slot is handed out again (by the ring's choice above,
+ * as late as it can) or the ring is freed. Completing a collected ticket
+ * again returns the same view. pinstage_ring_release ends a ticket at any
+ * time: before completion it discards the download (the slot is reused only
+ * behind that copy), after it ends the view. A ticket the ring no longer
+ * knows (released, its slot handed out again, or never issued) is refused
+ * with INVALID_VALUE.
+ *
+ * Failures: bad input returns INVALID_VALUE, makes no driver call and
+ * changes nothing. A failed driver call leaves the ring usable and the slot
+ * it involved free again: a copy that was enqueued when a later call failed
+ * is waited for, and if even that wait fails the slot drops its pinned block
+ * (retired_blocks), which is never reused. A download whose wait failed in
+ * pinstage_ring_synchronize reports the error when its ticket is completed,
+ * which ends the ticket.
+ *
+ * Thread safety: one thread at a time per ring, as for a buffer; distinct
+ * rings are independent. */
+typedef struct pinstage_ring pinstage_ring;
+
+/* Most slots a ring may have. */
+#define PINSTAGE_RING_MAX_SLOTS 64u
+/* pinstage_ring_create flag: return PINSTAGE_ERROR_NOT_READY rather than
+ * wait when the slot an upload needs is busy. */
+#define PINSTAGE_RING_NONBLOCKING 0x1u
+/* CUDA_ERROR_NOT_READY: the copy has not landed yet (pinstage_ring_poll), or
+ * a PINSTAGE_RING_NONBLOCKING ring has no idle slot. Nothing was done. */
+#define PINSTAGE_ERROR_NOT_READY 600
+
+/* Names one download_async; 0 is never a ticket. */
+typedef uint64_t pinstage_ticket;
+
+/* Counters of a ring. The transfer counters count successful calls only;
+ * the others count what happened (a wait, a refusal, an allocation) even in
+ * a call that then failed. */
+typedef struct pinstage_ring_stats {
+    uint64_t uploads;            /* upload_async and upload_with_async enqueued */
+    uint64_t downloads;          /* download_async enqueued */
+    uint64_t bytes_uploaded;
+    uint64_t bytes_downloaded;
+    uint64_t slot_waits;         /* calls that waited for a busy slot */
+    uint64_t slot_wait_ns;       /* time those waits took */
+    uint64_t would_block;        /* NOT_READY refusals of a non-blocking ring */
+    uint64_t pinned_allocations; /* cuMemAllocHost_v2 calls that succeeded */
+    uint64_t pin_time_ns;        /* time spent in pinned allocation and release */
+    size_t pinned_bytes;         /* pinned now, all slots */
+    size_t peak_pinned_bytes;    /* most pinned at once */
+    uint64_t retired_blocks;     /* slot blocks dropped after a failed wait (see "Failures") */
+} pinstage_ring_stats;
+
+/* Creates a ring of `slots` slots (1 to PINSTAGE_RING_MAX_SLOTS) with
+ * `flags` (0 or PINSTAGE_RING_NONBLOCKING). Nothing is pinned and no driver
+ * call is made until first use. INVALID_VALUE for a NULL out, a slot count
+ * out of range or an unknown flag; OUT_OF_MEMORY if the handle cannot be
+ * allocated. */
+PINSTAGE_API pinstage_status pinstage_ring_create(pinstage_ring **out, unsigned slots, unsigned flags);
+/* Waits for every copy still in flight, then releases the slots, events and
+ * handle; uncollected downloads are discarded. Returns the first error a
+ * wait reported (the stream's failure), else success; either way nothing is
+ * leaked. NULL is accepted. */
+PINSTAGE_API pinstage_status pinstage_ring_free(pinstage_ring *ring);
+/* Ensures every slot holds at least `bytes` of pinned memory, so the
+ * allocations stay out of a pipeline's loop. Grow-only. A smaller slot's
+ * copy is waited for before its block is replaced, and a collected view it
+ * held ends; a slot holding an outstanding ticket keeps its block (it grows
+ * when next handed out). INVALID_VALUE for bytes 0 or a size that
+ * overflows when rounded; else the driver's error (slots grown before the
+ * failure keep their larger blocks). */
+PINSTAGE_API pinstage_status pinstage_ring_reserve(pinstage_ring *ring, size_t bytes);
+
+/* Uploads n elements to `dst`: `fill` writes them straight into a slot, the
+ * copy is enqueued on `stream` and an event recorded behind it, and the
+ * call returns without waiting for the DMA. Errors: INVALID_VALUE as for
+ * pinstage_buffer_upload_with, NOT_READY and NOT_PERMITTED as above (for
+ * these nothing is enqueued and fill is not called); else the failing
+ * driver call's error: cuEventCreate (first use), cuEventQuery (waiting for
+ * a slot), cuMemAllocHost_v2 (growing it), then, after fill ran,
+ * cuMemcpyHtoDAsync_v2 or cuEventRecord. */
+PINSTAGE_API pinstage_status pinstage_ring_upload_with_async(pinstage_ring *ring, pinstage_devbuf *dst,
+                                                             size_t n, CUstream stream,
+                                                             pinstage_fill_fn fill, void *user_data);
+/* Uploads n elements from any host memory `src`: copied into a slot (by the
+ * worker pool's threads for large copies), then enqueued as above. `src`
+ * may be reused as soon as the call returns. Errors as for
+ * upload_with_async. */
+PINSTAGE_API pinstage_status pinstage_ring_upload_async(pinstage_ring *ring, pinstage_devbuf *dst,
+                                                        const void *src, size_t n, CUstream stream);
+/* Enqueues a download of n elements of `src` into a slot, ordered after the
+ * work queued on `stream`, and sets *ticket; returns without waiting. On
+ * failure *ticket is 0. Errors: INVALID_VALUE (NULL ring, src or ticket, n
+ * 0 or not src's length); NOT_PERMITTED as above; else the failing driver
+ * call's error (also cuStreamWaitEvent). */
+PINSTAGE_API pinstage_status pinstage_ring_download_async(pinstage_ring *ring, const pinstage_devbuf *src,
+                                                          size_t n, CUstream stream, pinstage_ticket *ticket);
+/* Waits until the ticket's download has landed and sets *view to its bytes
+ * (see "Tickets" for how long they stay valid). On failure *view is NULL:
+ * INVALID_VALUE for an unknown ticket; the copy's driver error, after which
+ * the ticket is ended and its slot free. */
+PINSTAGE_API pinstage_status pinstage_ring_wait(pinstage_ring *ring, pinstage_ticket ticket,
+                                                const void **view);
+/* As pinstage_ring_wait without waiting: NOT_READY (ticket kept, *view NULL)
+ * while the copy is in flight. */
+PINSTAGE_API pinstage_status pinstage_ring_poll(pinstage_ring *ring, pinstage_ticket ticket,
+                                                const void **view);
+/* Ends a ticket (see "Tickets"). No driver call. INVALID_VALUE for an
+ * unknown ticket. */
+PINSTAGE_API pinstage_status pinstage_ring_release(pinstage_ring *ring, pinstage_ticket ticket);
+/* Waits until every copy the ring enqueued has landed; tickets stay
+ * outstanding. Returns the first error, ending the failed downloads' data
+ * as for a failed wait (their tickets then report it). */
+PINSTAGE_API pinstage_status pinstage_ring_synchronize(pinstage_ring *ring);
+/* Copies the counters into *stats (zeroes for a NULL ring). */
+PINSTAGE_API void pinstage_ring_get_stats(const pinstage_ring *ring, pinstage_ring_stats *stats);
+
 /* ---- Routes, the copy engine and machine profiles ------------------------ */
 
 /* How upload / download move pageable memory:
@@ -575,6 +735,9 @@ typedef struct pinstage_bf16 { uint16_t bits; } pinstage_bf16;
  *   pinstage_buffer_download_S(buf, T *dst, n, d, stream)
  *   pinstage_buffer_download_into_S(buf, d, n, stream, const T **view)
  *   pinstage_buffer_upload_with_S(buf, d, n, stream, void (*fill)(T *, size_t, void *), user)
+ *   pinstage_ring_upload_with_async_S(ring, d, n, stream, void (*fill)(T *, size_t, void *), user)
+ *   pinstage_ring_upload_async_S(ring, d, const T *src, n, stream)
+ *   pinstage_ring_download_async_S(ring, d, n, stream, &ticket)
  * The transfer calls return INVALID_VALUE when the device buffer's element
  * size or alignment is not T's. In C, pinstage_upload(buf, d, src, n, stream)
  * and pinstage_download(buf, dst, n, d, stream) pick the right one from the
@@ -643,6 +806,32 @@ typedef struct pinstage_typed_fill {
         f.user_data = user_data;                                                                   \
         return pinstage_buffer_upload_with(buf, dst, n, stream,                                    \
                                            fill ? pinstage_fill_trampoline_##S : 0, &f);           \
+    }                                                                                              \
+    static inline pinstage_status pinstage_ring_upload_with_async_##S(                             \
+        pinstage_ring *ring, pinstage_devbuf *dst, size_t n, CUstream stream,                      \
+        void (*fill)(T *, size_t, void *), void *user_data) {                                      \
+        pinstage_typed_fill f;                                                                     \
+        pinstage_status s = pinstage_devbuf_check_elem(dst, sizeof(T), PINSTAGE_ALIGNOF(T),        \
+                                                       "pinstage_ring_upload_with_async_" #S);     \
+        if (s) return s;                                                                           \
+        f.fn = (void (*)(void))fill;                                                               \
+        f.user_data = user_data;                                                                   \
+        return pinstage_ring_upload_with_async(ring, dst, n, stream,                               \
+                                               fill ? pinstage_fill_trampoline_##S : 0, &f);       \
+    }                                                                                              \
+    static inline pinstage_status pinstage_ring_upload_async_##S(                                  \
+        pinstage_ring *ring, pinstage_devbuf *dst, const T *src, size_t n, CUstream stream) {      \
+        pinstage_status s = pinstage_devbuf_check_elem(dst, sizeof(T), PINSTAGE_ALIGNOF(T),        \
+                                                       "pinstage_ring_upload_async_" #S);          \
+        return s ? s : pinstage_ring_upload_async(ring, dst, src, n, stream);                      \
+    }                                                                                              \
+    static inline pinstage_status pinstage_ring_download_async_##S(                                \
+        pinstage_ring *ring, const pinstage_devbuf *src, size_t n, CUstream stream,                \
+        pinstage_ticket *ticket) {                                                                 \
+        pinstage_status s = pinstage_devbuf_check_elem(src, sizeof(T), PINSTAGE_ALIGNOF(T),        \
+                                                       "pinstage_ring_download_async_" #S);        \
+        if (s && ticket) *ticket = 0;                                                              \
+        return s ? s : pinstage_ring_download_async(ring, src, n, stream, ticket);                 \
     }
 
 PINSTAGE_DEFINE_TYPED(f32, float)

@@ -102,6 +102,7 @@
     X(cuEventQuery, 2000, (CUevent event))                                                \
     X(cuEventDestroy, 4000, (CUevent event))                                              \
     X(cuCtxGetDevice, 2000, (CUdevice * device))                                          \
+    X(cuStreamWaitEvent, 3020, (CUstream stream, CUevent event, unsigned int flags))      \
     X(cuPointerGetAttributes, 7000,                                                       \
       (unsigned int count, CUpointer_attribute *attributes, void **data, CUdeviceptr ptr))
 
@@ -117,7 +118,6 @@
     X(cuMemsetD8, 3020, (CUdeviceptr dst, unsigned char value, size_t count))             \
     X(cuMemsetD8Async, 3020, (CUdeviceptr dst, unsigned char value, size_t count, CUstream stream)) \
     X(cuStreamQuery, 2000, (CUstream stream))                                             \
-    X(cuStreamWaitEvent, 3020, (CUstream stream, CUevent event, unsigned int flags))      \
     X(cuEventSynchronize, 2000, (CUevent event))                                          \
     X(cuLaunchHostFunc, 10000, (CUstream stream, CUhostFn fn, void *user_data))           \
     X(cuPointerGetAttribute, 4000, (void *data, CUpointer_attribute attribute, CUdeviceptr ptr)) \

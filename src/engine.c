@@ -165,6 +165,13 @@ static unsigned plan_threads(ps_pool *pool, const ps_plan *plan) {
     return plan->threads && plan->threads < all ? plan->threads : all;
 }
 
+void ps_engine_copy_in(ps_pool *pool, void *pinned, const void *src, size_t len) {
+    split_copy copy;
+    ps_job job;
+    host_copy_post(pool, &job, &copy, ps_pool_workers(pool) + 1, 1, pinned, src, len);
+    ps_pool_join(pool, &job);
+}
+
 /* ---- Uploads ------------------------------------------------------------------------- */
 
 pinstage_status ps_engine_h2d(const ps_driver *d, ps_pool *pool, const ps_stage *stage, CUdeviceptr dst,

@@ -32,4 +32,9 @@ pinstage_status ps_engine_d2h(const ps_driver *d, ps_pool *pool, const ps_stage 
                               CUdeviceptr src, size_t bytes, CUstream stream, const ps_plan *plan,
                               int *in_flight, const char *caller);
 
+/* Copies `len` bytes of ordinary memory into pinned memory a DMA reads next,
+ * shared by the pool's threads and the caller (streaming stores for large
+ * pieces), returning when it is done. */
+void ps_engine_copy_in(ps_pool *pool, void *pinned, const void *src, size_t len);
+
 #endif

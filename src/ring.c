@@ -1,0 +1,488 @@
+/* SPDX-License-Identifier: MIT */
+/* The asynchronous ring: K pinned slots, each guarded by an event recorded
+ * behind its last copy, handed out so that no copy ever touches bytes
+ * another copy may still use. Every call reads as
+ *   argument checks -> pick a slot (free, LRU) -> make it safe to use
+ *   (host wait for uploads, device-side wait for downloads) -> grow it ->
+ *   enqueue the copy (copy.c) -> record the slot's event -> stats
+ *
+ * Slot fields are owned by the ring, which one thread uses at a time; the
+ * worker pool only ever sees the bytes of an upload's host copy, joined
+ * before the copy is enqueued. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "copy.h"
+#include "devbuf.h"
+#include "engine.h"
+#include "pinned.h"
+#include "status.h"
+
+typedef enum {
+    SLOT_FREE,   /* any caller may have it (its copy may still be in flight: `busy`) */
+    SLOT_TICKET, /* holds a download whose ticket is outstanding */
+    SLOT_VIEWED  /* holds a collected download: its view lives until reuse */
+} slot_state;
+
+typedef struct ring_slot {
+    ps_pinned pinned;
+    CUevent event;           /* recorded behind the slot's last copy */
+    int busy;                /* that copy has not been seen to land */
+    size_t copy_bytes;       /* its size: how long a wait should expect */
+    slot_state state;
+    pinstage_ticket ticket;  /* SLOT_TICKET, SLOT_VIEWED */
+    pinstage_status failure; /* SLOT_TICKET: its copy failed; reported at completion */
+    uint64_t handed_out;     /* when (ring->handouts) it was last given to a copy */
+} ring_slot;
+
+struct pinstage_ring {
+    unsigned count;
+    unsigned flags;
+    int have_events;
+    uint64_t handouts; /* copies handed a slot so far; tickets are its values */
+    pinstage_ring_stats stats;
+    ring_slot slot[];
+};
+
+/* Uploads whose host copy is at least this large share it with the pool. */
+#define POOL_COPY_MIN ((size_t)256 << 10)
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+pinstage_status pinstage_ring_create(pinstage_ring **out, unsigned slots, unsigned flags) {
+    static const char caller[] = "pinstage_ring_create";
+    if (!out) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: out is NULL", caller);
+    *out = NULL;
+    if (slots == 0 || slots > PINSTAGE_RING_MAX_SLOTS)
+        return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: slots=%u, expected 1 to %u", caller, slots,
+                       PINSTAGE_RING_MAX_SLOTS);
+    if (flags & ~PINSTAGE_RING_NONBLOCKING)
+        return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: unknown flags 0x%x", caller, flags & ~PINSTAGE_RING_NONBLOCKING);
+    pinstage_ring *ring = calloc(1, sizeof *ring + slots * sizeof ring->slot[0]);
+    if (!ring) return ps_fail(PINSTAGE_ERROR_OUT_OF_MEMORY, "%s: out of host memory", caller);
+    ring->count = slots;
+    ring->flags = flags;
+    *out = ring;
+    return PINSTAGE_SUCCESS;
+}
+
+void pinstage_ring_get_stats(const pinstage_ring *ring, pinstage_ring_stats *stats) {
+    if (!stats) return;
+    if (ring)
+        *stats = ring->stats;
+    else
+        memset(stats, 0, sizeof *stats);
+}
+
+/* ---- Slot bookkeeping ------------------------------------------------------------ */
+
+static void count_pinned(pinstage_ring *ring) {
+    size_t total = 0;
+    for (unsigned i = 0; i < ring->count; i++) total += ring->slot[i].pinned.capacity;
+    ring->stats.pinned_bytes = total;
+    if (total > ring->stats.peak_pinned_bytes) ring->stats.peak_pinned_bytes = total;
+}
+
+/* A wait on the slot's copy failed: the DMA may still use the block, so it
+ * is dropped (releasing it waits for the device) and never reused. */
+static void retire(pinstage_ring *ring, const ps_driver *d, ring_slot *s) {
+    ps_pinned_release(&s->pinned, d, &ring->stats.pin_time_ns);
+    ring->stats.retired_blocks++;
+    s->busy = 0;
+    count_pinned(ring);
+}
+
+/* Ends whatever the slot held: it becomes free. */
+static void clear_slot(ring_slot *s) {
+    s->state = SLOT_FREE;
+    s->ticket = 0;
+    s->failure = PINSTAGE_SUCCESS;
+}
+
+/* CUDA_SUCCESS once the slot's last copy has landed, CUDA_ERROR_NOT_READY
+ * while it runs, else the driver's error. */
+static CUresult slot_query(const ps_driver *d, ring_slot *s) {
+    if (!s->busy) return CUDA_SUCCESS;
+    CUresult r = d->cuEventQuery(s->event);
+    if (r == CUDA_SUCCESS) s->busy = 0;
+    return r;
+}
+
+/* Waits for the slot's last copy; on failure the slot is retired. */
+static pinstage_status slot_wait(pinstage_ring *ring, const ps_driver *d, ring_slot *s, const char *caller) {
+    if (!s->busy) return PINSTAGE_SUCCESS;
+    pinstage_status st = ps_wait_event(d, s->event, s->copy_bytes, caller);
+    if (st) {
+        retire(ring, d, s);
+        return st;
+    }
+    s->busy = 0;
+    return PINSTAGE_SUCCESS;
+}
+
+/* After an enqueued copy's event could not be recorded: wait for the copy
+ * through the stream, or retire the slot when even that fails. */
+static void settle_unrecorded(pinstage_ring *ring, const ps_driver *d, ring_slot *s, CUstream stream) {
+    if (ps_drain(d, s->event, stream)) retire(ring, d, s);
+    else s->busy = 0;
+}
+
+static pinstage_status ensure_events(pinstage_ring *ring, const ps_driver *d, const char *caller) {
+    if (ring->have_events) return PINSTAGE_SUCCESS;
+    for (unsigned i = 0; i < ring->count; i++) {
+        CUresult r = d->cuEventCreate(&ring->slot[i].event, CU_EVENT_DISABLE_TIMING);
+        if (r) {
+            while (i--) d->cuEventDestroy(ring->slot[i].event);
+            return ps_fail_driver((pinstage_status)r, caller, "cuEventCreate");
+        }
+    }
+    ring->have_events = 1;
+    return PINSTAGE_SUCCESS;
+}
+
+/* The candidates for a new copy, best first: free slots least recently
+ * handed out, then collected downloads oldest first. Returns how many;
+ * *free says how many of them are free slots. */
+static unsigned candidates(const pinstage_ring *ring, unsigned *order, unsigned *free_slots) {
+    unsigned n = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) *free_slots = n;
+        slot_state want = pass == 0 ? SLOT_FREE : SLOT_VIEWED;
+        unsigned first = n;
+        for (unsigned i = 0; i < ring->count; i++) {
+            if (ring->slot[i].state != want) continue;
+            /* Insertion by handed_out: K is small. */
+            unsigned j = n++;
+            while (j > first && ring->slot[order[j - 1]].handed_out > ring->slot[i].handed_out) {
+                order[j] = order[j - 1];
+                j--;
+            }
+            order[j] = i;
+        }
+    }
+    return n;
+}
+
+/* Picks a slot for a copy of `bytes` and makes it safe to use:
+ *  - host_writes (uploads): its last copy has landed (a host wait, or
+ *    NOT_READY for a non-blocking ring);
+ *  - otherwise (downloads): the new copy will be queued behind it on
+ *    `stream` (cuStreamWaitEvent, called by the caller via *wait_first).
+ * Grows the slot to `bytes` and checks alignment. Changes nothing but the
+ * slot's block (grown, or retired after a failed wait) on failure. */
+static pinstage_status acquire(pinstage_ring *ring, const ps_driver *d, int host_writes, size_t bytes,
+                               size_t align, ring_slot **out, const char *caller) {
+    unsigned order[PINSTAGE_RING_MAX_SLOTS], free_slots;
+    unsigned n = candidates(ring, order, &free_slots);
+    if (n == 0)
+        return ps_fail(PINSTAGE_ERROR_NOT_PERMITTED,
+                       "%s: all %u slots hold downloads whose tickets were neither completed nor released",
+                       caller, ring->count);
+    size_t capacity = ps_pinned_round(bytes);
+    if (capacity == 0)
+        return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: %zu bytes overflow when rounded up to %zu", caller, bytes,
+                       PINSTAGE_CAPACITY_GRANULARITY);
+    ring_slot *s = NULL;
+    if (!host_writes) {
+        /* Downloads never wait on the host, except to replace a block: a
+         * free slot that is large enough first (never a view's slot). */
+        for (unsigned k = 0; k < free_slots && !s; k++)
+            if (bytes <= ring->slot[order[k]].pinned.capacity) s = &ring->slot[order[k]];
+    } else {
+        /* The first candidate whose copy has landed; asking costs a query each. */
+        for (unsigned k = 0; k < n && !s; k++) {
+            ring_slot *c = &ring->slot[order[k]];
+            CUresult r = slot_query(d, c);
+            if (r == CUDA_SUCCESS) s = c;
+            else if (r != CUDA_ERROR_NOT_READY) {
+                retire(ring, d, c);
+                return ps_fail_driver((pinstage_status)r, caller, "cuEventQuery");
+            }
+        }
+    }
+    /* Otherwise the best candidate; if it is busy, it was just asked. */
+    int known_busy = !s && host_writes;
+    if (!s) s = &ring->slot[order[0]];
+    int must_land = host_writes || bytes > s->pinned.capacity;
+    if (must_land && s->busy) {
+        CUresult r = known_busy ? CUDA_ERROR_NOT_READY : slot_query(d, s);
+        if (r == CUDA_ERROR_NOT_READY) {
+            if (ring->flags & PINSTAGE_RING_NONBLOCKING) {
+                ring->stats.would_block++;
+                return ps_fail(PINSTAGE_ERROR_NOT_READY, "%s: every slot an upload may use is busy (non-blocking ring of %u)",
+                               caller, ring->count);
+            }
+            uint64_t start = now_ns();
+            pinstage_status st = slot_wait(ring, d, s, caller);
+            ring->stats.slot_waits++;
+            ring->stats.slot_wait_ns += now_ns() - start;
+            if (st) return st;
+        } else if (r != CUDA_SUCCESS) {
+            retire(ring, d, s);
+            return ps_fail_driver((pinstage_status)r, caller, "cuEventQuery");
+        }
+    }
+    if (bytes > s->pinned.capacity) {
+        pinstage_status st = ps_pinned_grow(&s->pinned, d, capacity, &ring->stats.pin_time_ns, caller);
+        count_pinned(ring);
+        if (st) return st;
+        ring->stats.pinned_allocations++;
+    }
+    if ((uintptr_t)s->pinned.ptr % align)
+        return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: the slot's pinned memory at %p is not aligned to the element's %zu bytes",
+                       caller, s->pinned.ptr, align);
+    *out = s;
+    return PINSTAGE_SUCCESS;
+}
+
+/* Records the slot's event behind the copy just enqueued and hands the
+ * slot to it. On failure the copy is waited for (or the slot retired). */
+static pinstage_status commit(pinstage_ring *ring, const ps_driver *d, ring_slot *s, size_t bytes, CUstream stream,
+                              const char *caller) {
+    pinstage_status st = ps_record(d, s->event, stream, caller);
+    if (st) {
+        settle_unrecorded(ring, d, s, stream);
+        clear_slot(s);
+        return st;
+    }
+    s->busy = 1;
+    s->copy_bytes = bytes;
+    s->handed_out = ++ring->handouts;
+    clear_slot(s);
+    return PINSTAGE_SUCCESS;
+}
+
+/* ---- Uploads and downloads --------------------------------------------------------- */
+
+static pinstage_status check_args(const char *caller, const pinstage_ring *ring, const pinstage_devbuf *dev,
+                                  const char *dev_name, int other_given, const char *other_name, size_t n,
+                                  size_t *bytes) {
+    if (!ring) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: ring is NULL", caller);
+    if (!dev) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: %s is NULL", caller, dev_name);
+    if (!other_given) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: %s is NULL", caller, other_name);
+    if (n == 0) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: n is 0", caller);
+    if (n != dev->len)
+        return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: n=%zu but %s holds %zu elements", caller, n, dev_name,
+                       dev->len);
+    *bytes = n * dev->elem_size; /* checked when the device buffer was made */
+    return PINSTAGE_SUCCESS;
+}
+
+/* An upload: a slot whose last copy has landed, written by `fill` or from
+ * `src`, then the DMA and the event. */
+static pinstage_status upload(pinstage_ring *ring, pinstage_devbuf *dst, size_t bytes, CUstream stream,
+                              pinstage_fill_fn fill, void *user_data, const void *src, size_t n, const char *caller) {
+    const ps_driver *d;
+    ring_slot *s;
+    pinstage_status st = ps_driver_get(&d);
+    if (st || (st = ensure_events(ring, d, caller)) || (st = acquire(ring, d, 1, bytes, dst->elem_align, &s, caller)))
+        return st;
+    if (fill)
+        fill(s->pinned.ptr, n, user_data);
+    else if (bytes >= POOL_COPY_MIN)
+        ps_engine_copy_in(ps_pool_default(), s->pinned.ptr, src, bytes);
+    else
+        memcpy(s->pinned.ptr, src, bytes);
+    clear_slot(s); /* a collected view it held is overwritten now */
+    /* Nothing enqueued on failure: the slot is as it was, landed and free. */
+    if ((st = ps_enqueue_h2d(d, dst->ptr, s->pinned.ptr, bytes, stream, caller))) return st;
+    if ((st = commit(ring, d, s, bytes, stream, caller))) return st;
+    ring->stats.uploads++;
+    ring->stats.bytes_uploaded += bytes;
+    return PINSTAGE_SUCCESS;
+}
+
+pinstage_status pinstage_ring_upload_with_async(pinstage_ring *ring, pinstage_devbuf *dst, size_t n, CUstream stream,
+                                                pinstage_fill_fn fill, void *user_data) {
+    static const char caller[] = "pinstage_ring_upload_with_async";
+    size_t bytes = 0;
+    pinstage_status st = check_args(caller, ring, dst, "dst", fill != NULL, "fill", n, &bytes);
+    return st ? st : upload(ring, dst, bytes, stream, fill, user_data, NULL, n, caller);
+}
+
+pinstage_status pinstage_ring_upload_async(pinstage_ring *ring, pinstage_devbuf *dst, const void *src, size_t n,
+                                           CUstream stream) {
+    static const char caller[] = "pinstage_ring_upload_async";
+    size_t bytes = 0;
+    pinstage_status st = check_args(caller, ring, dst, "dst", src != NULL, "src", n, &bytes);
+    return st ? st : upload(ring, dst, bytes, stream, NULL, NULL, src, n, caller);
+}
+
+pinstage_status pinstage_ring_download_async(pinstage_ring *ring, const pinstage_devbuf *src, size_t n,
+                                             CUstream stream, pinstage_ticket *ticket) {
+    static const char caller[] = "pinstage_ring_download_async";
+    const ps_driver *d;
+    ring_slot *s;
+    size_t bytes = 0;
+    if (ticket) *ticket = 0;
+    pinstage_status st = check_args(caller, ring, src, "src", ticket != NULL, "ticket", n, &bytes);
+    if (st || (st = ps_driver_get(&d)) || (st = ensure_events(ring, d, caller)) ||
+        (st = acquire(ring, d, 0, bytes, src->elem_align, &s, caller)))
+        return st;
+    /* Behind the slot's last copy, on whatever stream that ran: the handle
+     * is not compared, since a destroyed stream's handle can come back. */
+    CUresult r = slot_query(d, s);
+    if (r == CUDA_ERROR_NOT_READY) {
+        if ((r = d->cuStreamWaitEvent(stream, s->event, 0)))
+            return ps_fail_driver((pinstage_status)r, caller, "cuStreamWaitEvent");
+    } else if (r) {
+        retire(ring, d, s);
+        return ps_fail_driver((pinstage_status)r, caller, "cuEventQuery");
+    }
+    if ((st = ps_enqueue_d2h(d, s->pinned.ptr, src->ptr, bytes, stream, caller))) return st;
+    if ((st = commit(ring, d, s, bytes, stream, caller))) return st;
+    s->state = SLOT_TICKET;
+    s->ticket = *ticket = ring->handouts;
+    ring->stats.downloads++;
+    ring->stats.bytes_downloaded += bytes;
+    return PINSTAGE_SUCCESS;
+}
+
+/* ---- Tickets ---------------------------------------------------------------------- */
+
+static ring_slot *find_ticket(pinstage_ring *ring, pinstage_ticket ticket) {
+    for (unsigned i = 0; ticket && i < ring->count; i++)
+        if (ring->slot[i].state != SLOT_FREE && ring->slot[i].ticket == ticket) return &ring->slot[i];
+    return NULL;
+}
+
+static pinstage_status complete(pinstage_ring *ring, pinstage_ticket ticket, const void **view, int wait,
+                                const char *caller) {
+    const ps_driver *d;
+    if (view) *view = NULL;
+    if (!ring) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: ring is NULL", caller);
+    if (!view) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: view is NULL", caller);
+    ring_slot *s = find_ticket(ring, ticket);
+    if (!s)
+        return ps_fail(PINSTAGE_ERROR_INVALID_VALUE,
+                       "%s: ticket %llu is not outstanding (released, its slot handed out again, or never issued)",
+                       caller, (unsigned long long)ticket);
+    if (s->state == SLOT_TICKET && s->failure) {
+        pinstage_status failure = s->failure;
+        clear_slot(s);
+        return ps_fail(failure, "%s: ticket %llu's copy failed: %s", caller, (unsigned long long)ticket,
+                       pinstage_status_name(failure));
+    }
+    if (s->busy) {
+        pinstage_status st = ps_driver_get(&d);
+        if (st) return st;
+        if (wait) {
+            st = slot_wait(ring, d, s, caller);
+        } else {
+            CUresult r = slot_query(d, s);
+            if (r == CUDA_ERROR_NOT_READY)
+                return ps_fail(PINSTAGE_ERROR_NOT_READY, "%s: ticket %llu's copy has not landed yet", caller,
+                               (unsigned long long)ticket);
+            if (r) {
+                retire(ring, d, s);
+                st = ps_fail_driver((pinstage_status)r, caller, "cuEventQuery");
+            }
+        }
+        if (st) {
+            clear_slot(s);
+            return st;
+        }
+    }
+    s->state = SLOT_VIEWED;
+    *view = s->pinned.ptr;
+    return PINSTAGE_SUCCESS;
+}
+
+pinstage_status pinstage_ring_wait(pinstage_ring *ring, pinstage_ticket ticket, const void **view) {
+    return complete(ring, ticket, view, 1, "pinstage_ring_wait");
+}
+
+pinstage_status pinstage_ring_poll(pinstage_ring *ring, pinstage_ticket ticket, const void **view) {
+    return complete(ring, ticket, view, 0, "pinstage_ring_poll");
+}
+
+pinstage_status pinstage_ring_release(pinstage_ring *ring, pinstage_ticket ticket) {
+    static const char caller[] = "pinstage_ring_release";
+    if (!ring) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: ring is NULL", caller);
+    ring_slot *s = find_ticket(ring, ticket);
+    if (!s)
+        return ps_fail(PINSTAGE_ERROR_INVALID_VALUE,
+                       "%s: ticket %llu is not outstanding (released, its slot handed out again, or never issued)",
+                       caller, (unsigned long long)ticket);
+    /* A copy still in flight keeps the slot busy: reuse waits for it. */
+    clear_slot(s);
+    return PINSTAGE_SUCCESS;
+}
+
+/* ---- Whole-ring calls ------------------------------------------------------------- */
+
+/* Waits for every slot's copy; a failed wait retires the slot and marks
+ * its download failed. Returns the first error. */
+static pinstage_status wait_all(pinstage_ring *ring, const ps_driver *d, const char *caller) {
+    pinstage_status first = PINSTAGE_SUCCESS;
+    char message[512] = "";
+    for (unsigned i = 0; i < ring->count; i++) {
+        ring_slot *s = &ring->slot[i];
+        pinstage_status st = slot_wait(ring, d, s, caller);
+        if (!st) continue;
+        if (s->state == SLOT_TICKET) s->failure = st;
+        if (!first) {
+            first = st;
+            snprintf(message, sizeof message, "%s", pinstage_last_error_message());
+        }
+    }
+    return first ? ps_fail(first, "%s", message) : PINSTAGE_SUCCESS;
+}
+
+pinstage_status pinstage_ring_synchronize(pinstage_ring *ring) {
+    static const char caller[] = "pinstage_ring_synchronize";
+    const ps_driver *d;
+    if (!ring) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: ring is NULL", caller);
+    if (!ring->have_events) return PINSTAGE_SUCCESS; /* nothing was ever enqueued */
+    pinstage_status st = ps_driver_get(&d);
+    return st ? st : wait_all(ring, d, caller);
+}
+
+pinstage_status pinstage_ring_reserve(pinstage_ring *ring, size_t bytes) {
+    static const char caller[] = "pinstage_ring_reserve";
+    const ps_driver *d;
+    if (!ring) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: ring is NULL", caller);
+    if (bytes == 0) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: bytes is 0", caller);
+    size_t capacity = ps_pinned_round(bytes);
+    if (capacity == 0)
+        return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: bytes=%zu overflows when rounded up to %zu", caller, bytes,
+                       PINSTAGE_CAPACITY_GRANULARITY);
+    pinstage_status st = ps_driver_get(&d);
+    for (unsigned i = 0; i < ring->count && !st; i++) {
+        ring_slot *s = &ring->slot[i];
+        if (s->pinned.capacity >= capacity) continue;
+        /* A collected view is lost once its block is replaced. */
+        if (s->state == SLOT_TICKET) continue;
+        if ((st = slot_wait(ring, d, s, caller))) break;
+        st = ps_pinned_grow(&s->pinned, d, capacity, &ring->stats.pin_time_ns, caller);
+        if (!st) ring->stats.pinned_allocations++;
+        if (s->state == SLOT_VIEWED) clear_slot(s);
+        count_pinned(ring);
+    }
+    return st;
+}
+
+pinstage_status pinstage_ring_free(pinstage_ring *ring) {
+    const ps_driver *d;
+    pinstage_status st = PINSTAGE_SUCCESS;
+    if (!ring) return PINSTAGE_SUCCESS;
+    /* Events and pinned memory exist only if a driver was loaded to make them. */
+    int made = ring->have_events;
+    for (unsigned i = 0; i < ring->count; i++) made |= ring->slot[i].pinned.ptr != NULL;
+    if (made && !ps_driver_get(&d)) {
+        st = wait_all(ring, d, "pinstage_ring_free");
+        for (unsigned i = 0; i < ring->count; i++) {
+            if (ring->have_events) d->cuEventDestroy(ring->slot[i].event);
+            ps_pinned_release(&ring->slot[i].pinned, d, &ring->stats.pin_time_ns);
+        }
+    }
+    free(ring);
+    return st;
+}
