@@ -6,12 +6,13 @@ usage: make_docs.py RESULTS_DIR OUT.md
 
 RESULTS_DIR holds what gpu-check --full wrote: seed.json, sweep.json,
 peers.json, peers_sweep.json, blocking.json, hostalloc_*.json, profile.txt,
-calibrate.txt.
+calibrate.txt, and pipeline.json when there is one (any gpu-check run writes it).
 
 The figures and commands all come from the JSON files' context objects;
 nothing here is typed in by hand.
 """
 import json
+import os
 import re
 import sys
 
@@ -107,6 +108,39 @@ def targets(s, w, p, pw, blocking):
             out.append(f"| {d.upper()} 147 KiB resident, blocking-sync context vs default | within 10% | "
                        f"{r['median_us']:.1f} vs {base['median_us']:.1f} µs ({r['median_us'] / base['median_us']:.3f}) |")
     return out
+
+
+def pipeline_section(pl, add):
+    ctx = pl["context"]
+    add("## The frame pipeline: the synchronous buffer against the ring\n")
+    add(f"Command: `{command(ctx)}` (a run of `scripts/gpu-check`, {ctx['date']}, {ctx['device']}).\n")
+    add(f"Per frame: the CPU fills a {pl['frame_shape']} frame ({pl['frame_bytes']:,} bytes; a busy wait of the")
+    add("fill time, stamping the frame), it is uploaded, the device copies it into an output tensor on the same")
+    add("stream, the output is downloaded and the CPU checks the stamps. `sync` runs upload_with and")
+    add("download_into one frame at a time; `ring` runs upload_with_async and download_async on a ring of")
+    add(f"{pl['ring_slots']} slots and consumes frame k after frame k+1 is enqueued. The fill time is a multiple of one")
+    add(f"frame's transfer time, {pl['transfer_us']:.1f} µs here (the synchronous pipeline's median frame with nothing")
+    add(f"to fill). Frames per second: {pl['frames']} frames per round, median of {pl['rounds']} rounds, the two")
+    add("pipelines alternating.\n")
+    add("| fill | fill µs | sync frames/s | ring frames/s | ring / sync | waits for a busy slot |")
+    add("|---|---:|---:|---:|---:|---:|")
+    for r in pl["pipelines"]:
+        add(f"| {r['fill_multiple']:g}x transfer | {r['fill_us']:.1f} | {r['sync_fps']:.1f} | {r['ring_fps']:.1f} | "
+            f"{r['ratio']:.2f}x | {r['slot_waits']} |")
+    add("")
+    c = pl["call_return"]
+    add(f"upload_with_async of {human(c['bytes'])} with a fill that writes nothing returned in "
+        f"{c['upload_with_async_us']:.2f} µs, against {c['upload_with_us']:.2f} µs for upload_with with the same fill")
+    add(f"({100 * c['ratio']:.1f}%; medians of {c['reps']} calls, alternating, a slot free before each).\n")
+    by = {r["fill_multiple"]: r for r in pl["pipelines"]}
+    add("| target | wanted | measured |")
+    add("|---|---|---|")
+    if 1 in by:
+        add(f"| ring / sync, fill = transfer time | at least 1.6x | {by[1]['ratio']:.2f}x |")
+    if 0 in by:
+        add(f"| ring / sync, nothing to fill | at least 0.97x | {by[0]['ratio']:.2f}x |")
+    add(f"| upload_with_async return / upload_with | under 25% | {100 * c['ratio']:.1f}% |")
+    add("")
 
 
 def main():
@@ -235,6 +269,8 @@ def main():
             row += [cell(src.get((d, b, k))) for k in peer_paths]
             add("| " + " | ".join(row) + " |")
         add("")
+    if os.path.exists(f("pipeline.json")):
+        pipeline_section(load(f("pipeline.json")), add)
     add("## Schema of the JSON output\n")
     add("`pinstage-bench --format json` and `bench/peers.py` write one object:")
     add("`schema` (\"pinstage-bench/1\"), `context` (tool, library_version, date, device, compute_capability,")
@@ -244,6 +280,11 @@ def main():
     add("label, path, reps, median_us, min_us, p10_us, p90_us, gbps (1e9 bytes/s at the median),")
     add("ratio_vs_pageable, emulated. `--format csv` has the record fields as columns, in that order.")
     add("tests/check_bench_output.py checks both.\n")
+    add("`pinstage-bench --pipeline --format json` writes `schema` (\"pinstage-bench-pipeline/1\"), the same")
+    add("`context`, frame_bytes, frame_shape, frames, rounds, ring_slots, transfer_us (one frame's time in the")
+    add("synchronous pipeline with nothing to fill), `pipelines` (per fill: fill_multiple, fill_us, sync_fps,")
+    add("ring_fps, ratio, slot_waits, and every round's fps), `call_return` (upload_with_async_us and")
+    add("upload_with_us, medians, and their ratio) and the ring's `ring_stats`.\n")
     open(out, "w").write("\n".join(lines) + "\n")
     return 0
 

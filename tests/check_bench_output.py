@@ -123,6 +123,26 @@ def main():
             f.write("trailing\n")
         r = run(bench, fast, *common, "--paths", "auto", "--profile", profile)
         check(r.returncode != 0 and "text after 'end'" in r.stderr, "a damaged profile is refused with the reason")
+        # --pipeline: the frame pipeline's JSON, both pipelines and the call-return figures.
+        r = run(bench, fast, "--emulate", "--driver", emu, "--pipeline", "--frames", "4", "--fill", "0,1",
+                "--ring-slots", "3", "--format", "json", "--quiet")
+        check(r.returncode == 0, f"--pipeline exit {r.returncode}: {r.stderr}")
+        doc = json.loads(r.stdout) if r.returncode == 0 else {}
+        check(doc.get("schema") == "pinstage-bench-pipeline/1", "pipeline schema name")
+        check(doc.get("context", {}).get("emulated") is True, "pipeline context says emulated")
+        check(doc.get("frame_bytes") == 640 * 640 * 3 * 4 and doc.get("ring_slots") == 3, "pipeline frame and slots")
+        pipes = doc.get("pipelines", [])
+        check([p["fill_multiple"] for p in pipes] == [0, 1], "one pipeline entry per --fill value")
+        for p in pipes:
+            check(len(p["sync_fps_rounds"]) == 5 and len(p["ring_fps_rounds"]) == 5, "five rounds each")
+            check(p["sync_fps"] > 0 and p["ring_fps"] > 0 and abs(p["ratio"] - p["ring_fps"] / p["sync_fps"]) < 1e-3,
+                  "fps and their ratio")
+        call = doc.get("call_return", {})
+        check(call.get("upload_with_async_us", 0) > 0 and call.get("upload_with_us", 0) > 0, "call-return figures")
+        check(doc.get("ring_stats", {}).get("pinned_allocations") == 3, "the ring pinned once per slot")
+        for bad in (["--fill", "x"], ["--frames", "0"], ["--ring-slots", "65"]):
+            r = run(bench, env, *common, "--pipeline", *bad)
+            check(r.returncode == 2, f"{bad} is refused (exit {r.returncode})")
     print(f"{len(failures)} failed" if failures else "bench output ok")
     return 1 if failures else 0
 

@@ -91,4 +91,23 @@ void bench_report(FILE *out, bench_format format, const bench_context *ctx,
 
 const char *bench_direction_name(bench_direction d);
 
+/* Pieces of the reports the pipeline mode shares. */
+void bench_json_string(FILE *out, const char *s);
+/* The "context" member of a JSON report, `method` saying how it measured. */
+void bench_json_context(FILE *out, const bench_context *ctx, const char *method);
+/* The header lines of a text report. */
+void bench_text_context(FILE *out, const bench_context *ctx);
+
+/* --pipeline: a frame pipeline run with the synchronous buffer and with the
+ * ring, side by side (bench_pipeline.c). */
+typedef struct pipeline_options {
+    unsigned frames;   /* timed frames per round and pipeline */
+    unsigned rounds;   /* rounds, the two pipelines alternating */
+    unsigned slots;    /* the ring's slots */
+    double fills[8];   /* host fill times, as multiples of one frame's transfer time */
+    size_t nfills;
+    int quiet;
+} pipeline_options;
+int bench_pipeline(const pipeline_options *o, const bench_context *ctx, FILE *text, FILE *json);
+
 #endif

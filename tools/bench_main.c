@@ -24,6 +24,13 @@ static const char usage[] =
     "  --profile FILE     the profile \"auto\" follows (default: $PINSTAGE_PROFILE, else built-in)\n"
     "  --calibrate FILE   measure this machine's profile, print it, save it to FILE; no benchmark\n"
     "  --thorough         with --calibrate: every size to 256 MiB, more settings (several seconds)\n"
+    "  --pipeline         no path table: a 640x640x3 f32 frame pipeline (fill, upload, device\n"
+    "                     work, download, consume) with the synchronous buffer and with the ring,\n"
+    "                     frames per second side by side, and how soon upload_with_async returns\n"
+    "  --fill LIST        with --pipeline: host fill times as multiples of one frame's transfer\n"
+    "                     time (default 0,1,3)\n"
+    "  --frames N         with --pipeline: frames per round (default 300; 5 rounds)\n"
+    "  --ring-slots K     with --pipeline: the ring's slots (default 4)\n"
     "  --pool-threads N   worker threads of the engine's pool (default: one per CPU, less one)\n"
     "  --sched MODE       the context's scheduling: auto, spin, yield or blocking (default auto)\n"
     "  --host-alloc MODE  pageable host memory: malloc (default), hugepages (2 MiB-aligned,\n"
@@ -336,7 +343,8 @@ int main(int argc, char **argv) {
     int directions = 3, device = 0, emulate = 0;
     const char *paths_arg = NULL, *output = NULL, *json_output = NULL, *driver = NULL;
     const char *profile_path = NULL, *calibrate_path = NULL;
-    int thorough = 0, sched = -1;
+    int thorough = 0, sched = -1, pipeline_mode = 0;
+    pipeline_options pipe = {300, 5, 4, {0, 1, 3}, 3, 0};
     long pool_threads = -1;
     bench_format format = BENCH_TEXT;
     run_options o = {300, 30, 3.0, 0};
@@ -419,6 +427,30 @@ int main(int argc, char **argv) {
             calibrate_path = v;
         } else if (!strcmp(a, "--thorough")) {
             thorough = 1;
+        } else if (!strcmp(a, "--pipeline")) {
+            pipeline_mode = 1;
+        } else if (!strcmp(a, "--fill")) {
+            NEEDS_VALUE();
+            char copy[256];
+            snprintf(copy, sizeof copy, "%s", v);
+            pipe.nfills = 0;
+            for (char *save = NULL, *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                if (pipe.nfills == 8) return fail("at most 8 values in --fill");
+                if (parse_seconds(t, &pipe.fills[pipe.nfills]) || pipe.fills[pipe.nfills] > 100)
+                    return fail("--fill takes multiples such as 0,1,3 (at most 100)");
+                pipe.nfills++;
+            }
+            if (!pipe.nfills) return fail("--fill takes multiples such as 0,1,3");
+        } else if (!strcmp(a, "--frames")) {
+            NEEDS_VALUE();
+            unsigned long n;
+            if (parse_count(v, &n) || n < 1 || n > 1000000) return fail("--frames takes 1 to 1000000");
+            pipe.frames = (unsigned)n;
+        } else if (!strcmp(a, "--ring-slots")) {
+            NEEDS_VALUE();
+            unsigned long n;
+            if (parse_count(v, &n) || n < 1 || n > PINSTAGE_RING_MAX_SLOTS) return fail("--ring-slots takes 1 to 64");
+            pipe.slots = (unsigned)n;
         } else if (!strcmp(a, "--pool-threads")) {
             NEEDS_VALUE();
             unsigned long n;
@@ -548,6 +580,19 @@ int main(int argc, char **argv) {
     pinstage_pool_get_info(&pool);
     ctx.pool_workers = (int)pool.workers;
     describe_machine(&ctx, device);
+
+    if (pipeline_mode) {
+        pipe.quiet = o.quiet;
+        FILE *out = stdout, *json = NULL;
+        if (output && !(out = fopen(output, "w"))) return fail("cannot open the -o file");
+        if (json_output && !(json = fopen(json_output, "w"))) return fail("cannot open the --json file");
+        int rc = bench_pipeline(&pipe, &ctx, format == BENCH_JSON ? NULL : out, format == BENCH_JSON ? out : json);
+        if (out != stdout && fclose(out)) rc = fail("writing the -o file failed");
+        if (json && fclose(json)) rc = fail("writing the --json file failed");
+        if (format == BENCH_JSON && json) rc = rc ? rc : 0; /* the JSON went to both */
+        pinstage_profile_free(loaded);
+        return rc;
+    }
 
     bench_driver drv;
     if ((s = pinstage_driver_get_proc("cuMemAllocHost", 3020, (void **)&drv.alloc_host)) ||

@@ -34,8 +34,8 @@ static const char *sched_name(int sched) {
     return sched == 1 ? "spin" : sched == 2 ? "yield" : sched == 4 ? "blocking-sync" : "auto";
 }
 
-static void text_context(FILE *out, const bench_context *c) {
-    fprintf(out, "# pinstage-bench %s: host<->device transfer paths, side by side\n", c->library_version);
+void bench_text_context(FILE *out, const bench_context *c) {
+    fprintf(out, "# pinstage-bench %s\n", c->library_version);
     if (c->emulated)
         fprintf(out, "# EMULATED DRIVER: these figures come from pinstage's emulated driver, not a GPU\n");
     fprintf(out, "# device: %s, sm_%d%d, PCI %s, PCIe %s, %d copy engines\n", c->device_name, c->compute_major,
@@ -46,6 +46,9 @@ static void text_context(FILE *out, const bench_context *c) {
     fprintf(out, "# command: %s\n", c->command);
     fprintf(out, "# setup: context scheduling %s, host memory %s, auto follows %s, engine path %s, pool %d workers\n",
             sched_name(c->sched), c->host_alloc, c->profile, c->engine, c->pool_workers);
+}
+
+static void text_method(FILE *out, const bench_context *c) {
     fprintf(out, "# method: median of up to %zu calls (fewer past a %.1f s budget per size) after %zu warm-up calls;\n"
                  "#   wall clock around each whole synchronous call; each path in blocks of consecutive calls,\n"
                  "#   the blocks of all paths alternating in 3 passes\n",
@@ -56,7 +59,8 @@ static void text_context(FILE *out, const bench_context *c) {
 
 static void text_report(FILE *out, const bench_context *c, const bench_result *r, size_t n) {
     const char *mark = c->emulated ? "  [emulated]" : "";
-    text_context(out, c);
+    bench_text_context(out, c);
+    text_method(out, c);
     fprintf(out, "# paths:\n");
     for (size_t i = 0; i < bench_path_count; i++)
         fprintf(out, "#   %-14s %s\n", bench_paths[i].name, bench_paths[i].what);
@@ -103,8 +107,26 @@ static void csv_report(FILE *out, const bench_context *c, const bench_result *r,
                 r[i].p90_us, r[i].gbps, r[i].ratio, c->emulated);
 }
 
+void bench_json_string(FILE *out, const char *s) { json_string(out, s); }
+
 static void json_report(FILE *out, const bench_context *c, const bench_result *r, size_t n) {
-    fprintf(out, "{\n  \"schema\": \"pinstage-bench/1\",\n  \"context\": {\n");
+    fprintf(out, "{\n  \"schema\": \"pinstage-bench/1\",\n");
+    bench_json_context(out, c, "wall clock around each whole synchronous call; median; paths in alternating blocks");
+    fprintf(out, ",\n  \"results\": [\n");
+    for (size_t i = 0; i < n; i++) {
+        fprintf(out, "    {\"direction\": \"%s\", \"bytes\": %zu, \"label\": ", bench_direction_name(r[i].direction),
+                r[i].bytes);
+        json_string(out, r[i].label);
+        fprintf(out, ", \"path\": \"%s\", \"reps\": %zu, \"median_us\": %.3f, \"min_us\": %.3f, \"p10_us\": %.3f, "
+                     "\"p90_us\": %.3f, \"gbps\": %.3f, \"ratio_vs_pageable\": %.4f, \"emulated\": %s}%s\n",
+                r[i].path->name, r[i].reps, r[i].median_us, r[i].min_us, r[i].p10_us, r[i].p90_us, r[i].gbps,
+                r[i].ratio, c->emulated ? "true" : "false", i + 1 < n ? "," : "");
+    }
+    fprintf(out, "  ]\n}\n");
+}
+
+void bench_json_context(FILE *out, const bench_context *c, const char *method) {
+    fprintf(out, "  \"context\": {\n");
     fprintf(out, "    \"tool\": \"pinstage-bench\",\n    \"library_version\": ");
     json_string(out, c->library_version);
     fprintf(out, ",\n    \"date\": ");
@@ -122,7 +144,9 @@ static void json_report(FILE *out, const bench_context *c, const bench_result *r
     json_string(out, c->host_cpu);
     fprintf(out, ",\n    \"host_cores\": %d,\n    \"reps\": %zu,\n    \"warmup\": %zu,\n    \"budget_s\": %.3f,\n",
             c->host_cores, c->reps, c->warmup, c->time_budget_s);
-    fprintf(out, "    \"method\": \"wall clock around each whole synchronous call; median; paths in alternating blocks\",\n");
+    fprintf(out, "    \"method\": ");
+    json_string(out, method);
+    fprintf(out, ",\n");
     fprintf(out, "    \"command\": ");
     json_string(out, c->command);
     fprintf(out, ",\n    \"sched\": \"%s\",\n    \"host_alloc\": ", sched_name(c->sched));
@@ -132,17 +156,7 @@ static void json_report(FILE *out, const bench_context *c, const bench_result *r
     fprintf(out, ",\n    \"engine\": ");
     json_string(out, c->engine);
     fprintf(out, ",\n    \"pool_workers\": %d", c->pool_workers);
-    fprintf(out, "\n  },\n  \"results\": [\n");
-    for (size_t i = 0; i < n; i++) {
-        fprintf(out, "    {\"direction\": \"%s\", \"bytes\": %zu, \"label\": ", bench_direction_name(r[i].direction),
-                r[i].bytes);
-        json_string(out, r[i].label);
-        fprintf(out, ", \"path\": \"%s\", \"reps\": %zu, \"median_us\": %.3f, \"min_us\": %.3f, \"p10_us\": %.3f, "
-                     "\"p90_us\": %.3f, \"gbps\": %.3f, \"ratio_vs_pageable\": %.4f, \"emulated\": %s}%s\n",
-                r[i].path->name, r[i].reps, r[i].median_us, r[i].min_us, r[i].p10_us, r[i].p90_us, r[i].gbps,
-                r[i].ratio, c->emulated ? "true" : "false", i + 1 < n ? "," : "");
-    }
-    fprintf(out, "  ]\n}\n");
+    fprintf(out, "\n  }");
 }
 
 void bench_report(FILE *out, bench_format format, const bench_context *ctx, const bench_result *results,
