@@ -179,7 +179,7 @@ static unsigned candidates(const pinstage_ring *ring, unsigned *order, unsigned 
  * slot's block (grown, or retired after a failed wait) on failure. */
 static pinstage_status acquire(pinstage_ring *ring, const ps_driver *d, int host_writes, size_t bytes,
                                size_t align, ring_slot **out, const char *caller) {
-    unsigned order[PINSTAGE_RING_MAX_SLOTS], free_slots;
+    unsigned order[PINSTAGE_RING_MAX_SLOTS], free_slots = 0;
     unsigned n = candidates(ring, order, &free_slots);
     if (n == 0)
         return ps_fail(PINSTAGE_ERROR_NOT_PERMITTED,
