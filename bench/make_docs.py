@@ -157,7 +157,8 @@ def main():
     add = lines.append
     add("# Benchmarks\n")
     add("Every figure on this page was produced by one run of `scripts/gpu-check --full` on the lent GPU")
-    add("machine; regenerate it with that command. The JSON behind every table is in docs/benchmarks/.")
+    add("machine, except the frame pipeline's section, which names its own run; regenerate it with that")
+    add("command. The JSON behind every table is in docs/benchmarks/.")
     add("Each cell is the median wall-clock time of one whole synchronous call. Each path runs in blocks of")
     add("consecutive calls, as a pipeline calls it, and the blocks of all paths of one size and direction")
     add("alternate in three passes, so they are compared side by side. Ratios are pageable median / path")

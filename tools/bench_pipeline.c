@@ -160,8 +160,9 @@ static pinstage_status measure_fill(pipeline *p, const pipeline_options *o, pipe
 }
 
 /* How long upload_with_async takes to return, against upload_with, the
- * same frame and a fill that writes nothing; the ring is synchronized
- * (untimed) before each call, so a slot is always free. */
+ * same frame and a fill that writes nothing; the stream is idle (the ring
+ * synchronized, untimed) before each call, so a slot is free and neither
+ * call waits behind the other's copy. */
 static pinstage_status measure_return(pipeline *p, unsigned reps, double *async_us, double *sync_us) {
     double *a = malloc(reps * sizeof *a), *b = malloc(reps * sizeof *b);
     pinstage_status s = a && b ? PINSTAGE_SUCCESS : PINSTAGE_ERROR_OUT_OF_MEMORY;
@@ -170,7 +171,7 @@ static pinstage_status measure_return(pipeline *p, unsigned reps, double *async_
         double start = now_us();
         s = pinstage_ring_upload_with_async_f32(p->ring, p->input, FRAME_ELEMS, p->stream, no_fill, NULL);
         a[i] = now_us() - start;
-        if (s) break;
+        if (s || (s = pinstage_ring_synchronize(p->ring))) break; /* the stream idle for both */
         start = now_us();
         s = pinstage_buffer_upload_with_f32(p->buffer, p->input, FRAME_ELEMS, p->stream, no_fill, NULL);
         b[i] = now_us() - start;
