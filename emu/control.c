@@ -24,6 +24,8 @@ static const struct {
         [EMU_ID_cuGetProcAddress] = {"cuGetProcAddress", 11030, NULL},
 };
 
+static const char *names_of(int id) { return entries[id].name; }
+
 static int entry_id(const char *name) {
     for (int i = 0; i < EMU_ENTRY_COUNT; i++)
         if (name && strcmp(entries[i].name, name) == 0) return i;
@@ -82,6 +84,7 @@ static void configure_once(void) {
     emu.device_limit = (size_t)env_double("PINSTAGE_EMU_DEVICE_BYTES", 8.0 * (1ull << 30));
     emu.pinned_limit = (size_t)env_double("PINSTAGE_EMU_PINNED_BYTES", 4.0 * (1ull << 30));
     emu.pinned_align = (size_t)env_double("PINSTAGE_EMU_PINNED_ALIGN", 0);
+    emu.inline_ops = env_double("PINSTAGE_EMU_INLINE", 0) != 0;
     const char *faults = getenv("PINSTAGE_EMU_FAIL");
     if (faults) parse_faults(faults);
     pthread_mutex_unlock(&emu.lock);
@@ -94,6 +97,8 @@ CUresult emu_enter(int id) {
     emu_configure();
     pthread_mutex_lock(&emu.lock);
     unsigned long n = ++emu.calls[id];
+    if (emu.trace_len < EMU_TRACE_MAX) emu.trace[emu.trace_len] = (unsigned short)id;
+    emu.trace_len++;
     if (emu.fail_at[id] && (n == emu.fail_at[id] || (emu.fail_every[id] && n > emu.fail_at[id])))
         r = (CUresult)emu.fail_result[id];
     pthread_mutex_unlock(&emu.lock);
@@ -174,7 +179,16 @@ EMU_EXPORT void pinstage_emu_reset_calls(void) {
         if (emu.fail_at[i]) emu.fail_at[i] = emu.fail_at[i] > emu.calls[i] ? emu.fail_at[i] - emu.calls[i] : 1;
         emu.calls[i] = 0;
     }
+    emu.trace_len = 0;
     pthread_mutex_unlock(&emu.lock);
+}
+
+EMU_EXPORT size_t pinstage_emu_trace(const char **entries, size_t max) {
+    pthread_mutex_lock(&emu.lock);
+    size_t n = emu.trace_len;
+    for (size_t i = 0; i < n && i < max && i < EMU_TRACE_MAX; i++) entries[i] = names_of(emu.trace[i]);
+    pthread_mutex_unlock(&emu.lock);
+    return n;
 }
 
 EMU_EXPORT void pinstage_emu_get_live(pinstage_emu_live *live) {
@@ -196,6 +210,13 @@ EMU_EXPORT void pinstage_emu_set_timing(double latency_us, double bandwidth_gbps
     emu_configure();
     pthread_mutex_lock(&emu.lock);
     set_timing_locked(latency_us, bandwidth_gbps);
+    pthread_mutex_unlock(&emu.lock);
+}
+
+EMU_EXPORT void pinstage_emu_set_inline(int on) {
+    emu_configure();
+    pthread_mutex_lock(&emu.lock);
+    emu.inline_ops = on != 0;
     pthread_mutex_unlock(&emu.lock);
 }
 

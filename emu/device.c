@@ -19,6 +19,8 @@ CUresult emu_need_context(void) {
     return CUDA_SUCCESS;
 }
 
+int emu_current_device(void) { return current ? current->device : 0; }
+
 static CUresult need_init(void) { return emu.initialized ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED; }
 
 CUresult emu_cuInit(unsigned int flags) {
@@ -119,10 +121,13 @@ CUresult emu_cuDevicePrimaryCtxRelease(CUdevice dev) {
     CUresult r = check_device(dev);
     if (r) return r;
     pthread_mutex_lock(&emu.lock);
-    if (emu.primary_refs[dev] > 0)
-        emu.primary_refs[dev]--;
-    else
+    if (emu.primary_refs[dev] > 0) {
+        /* The last release destroys the context and what was allocated in it,
+         * so a use afterwards fails as it does on a real driver. */
+        if (--emu.primary_refs[dev] == 0) emu_free_context_memory(dev);
+    } else {
         r = CUDA_ERROR_INVALID_CONTEXT;
+    }
     pthread_mutex_unlock(&emu.lock);
     return r;
 }

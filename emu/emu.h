@@ -55,6 +55,7 @@ struct emu_stream {
     uint64_t enqueued, completed;
     emu_op *head, *tail;
     pthread_t worker;
+    int exited, joined; /* a destroyed stream's worker ends; the next create joins it */
     emu_stream *next_all;
 };
 
@@ -71,6 +72,7 @@ typedef struct emu_region {
     size_t bytes;
     void *backing; /* device: host memory behind the range; pinned: block to free */
     int registered; /* pinned ranges: 1 for cuMemHostRegister, 0 for allocations */
+    int device;     /* whose primary context made it: its destruction frees it */
 } emu_region;
 
 typedef struct emu_regions {
@@ -83,6 +85,7 @@ typedef struct emu_state {
     pthread_cond_t changed;
     int initialized;
     int shutting_down;
+    int inline_ops; /* run each queued op at once on the calling thread (PINSTAGE_EMU_INLINE) */
     /* configuration */
     double latency_ns;
     double bytes_per_ns;
@@ -90,6 +93,10 @@ typedef struct emu_state {
     size_t device_limit, pinned_limit, pinned_align;
     /* counting and faults */
     unsigned long calls[EMU_ENTRY_COUNT];
+    /* every call since the last reset, in order (the first EMU_TRACE_MAX) */
+#define EMU_TRACE_MAX 65536
+    unsigned short trace[EMU_TRACE_MAX];
+    size_t trace_len;
     unsigned long fail_at[EMU_ENTRY_COUNT]; /* 0: no fault */
     int fail_result[EMU_ENTRY_COUNT];
     int fail_every[EMU_ENTRY_COUNT];
@@ -120,6 +127,10 @@ int emu_is_pinned(const void *p, size_t bytes);
 /* Whether [p, p + bytes) touches a pinned range without lying inside one. */
 int emu_is_partly_pinned(const void *p, size_t bytes);
 void emu_regions_free(emu_regions *r);
+/* The current context's device (lock held; the context was checked). */
+int emu_current_device(void);
+/* A primary context was destroyed: its allocations and registrations go. */
+void emu_free_context_memory(int device);
 
 /* Streams (lock held). */
 CUresult emu_resolve_stream(CUstream handle, emu_stream **stream);

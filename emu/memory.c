@@ -82,6 +82,28 @@ static void wait_all_streams(void) {
     for (emu_stream *s = emu.streams; s; s = s->next_all) emu_wait(s, s->enqueued);
 }
 
+void emu_free_context_memory(int device) {
+    wait_all_streams();
+    for (long i = (long)emu.device.count - 1; i >= 0; i--) {
+        if (emu.device.items[i].device != device) continue;
+        emu.device_bytes -= emu.device.items[i].bytes;
+        free(emu.device.items[i].backing);
+        regions_remove(&emu.device, i);
+    }
+    for (long i = (long)emu.pinned.count - 1; i >= 0; i--) {
+        emu_region *g = &emu.pinned.items[i];
+        if (g->device != device) continue;
+        if (g->registered) {
+            emu.registered_bytes -= g->bytes;
+        } else {
+            emu.pinned_bytes -= g->bytes;
+            emu.pinned_allocations--;
+            free(g->backing);
+        }
+        regions_remove(&emu.pinned, i);
+    }
+}
+
 CUresult emu_cuMemAlloc(CUdeviceptr *dptr, size_t bytes) {
     EMU_ENTER(cuMemAlloc);
     pthread_mutex_lock(&emu.lock);
@@ -93,7 +115,7 @@ CUresult emu_cuMemAlloc(CUdeviceptr *dptr, size_t bytes) {
     if (!r) {
         memset(backing, 0xa5, bytes);
         if (!emu.next_device_address) emu.next_device_address = DEVICE_BASE;
-        emu_region g = {emu.next_device_address, bytes, backing, 0};
+        emu_region g = {emu.next_device_address, bytes, backing, 0, emu_current_device()};
         if (regions_add(&emu.device, g)) {
             free(backing);
             r = CUDA_ERROR_OUT_OF_MEMORY;
@@ -142,7 +164,7 @@ static CUresult pinned_alloc(void **pp, size_t bytes, unsigned flags) {
             r = CUDA_ERROR_OUT_OF_MEMORY;
         } else {
             memset(block, 0, bytes + offset);
-            emu_region g = {(uintptr_t)block + offset, bytes, block, 0};
+            emu_region g = {(uintptr_t)block + offset, bytes, block, 0, emu_current_device()};
             if (regions_add(&emu.pinned, g)) {
                 free(block);
                 r = CUDA_ERROR_OUT_OF_MEMORY;
@@ -194,7 +216,7 @@ CUresult emu_cuMemHostRegister(void *p, size_t bytes, unsigned int flags) {
     if (!r && regions_overlap(&emu.pinned, (uintptr_t)p, bytes) >= 0)
         r = CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
     if (!r) {
-        emu_region g = {(uintptr_t)p, bytes, NULL, 1};
+        emu_region g = {(uintptr_t)p, bytes, NULL, 1, emu_current_device()};
         if (regions_add(&emu.pinned, g))
             r = CUDA_ERROR_OUT_OF_MEMORY;
         else

@@ -14,6 +14,16 @@
  *   PINSTAGE_EMU_PINNED_ALIGN   alignment of pinned allocations (default: a page)
  *   PINSTAGE_EMU_FAIL           faults: "entry:N:code[,entry:N+:code...]"; N+ fails
  *                               the Nth call and every one after it
+ *   PINSTAGE_EMU_INLINE         1: every queued operation runs at once, on the
+ *                               calling thread, when nothing is queued before it
+ *                               (deterministic and fast, for fuzzing and fault
+ *                               sweeps; ordering bugs then pass, so the suite
+ *                               runs without it)
+ *
+ * The last release of a device's primary context destroys it with everything
+ * allocated or registered in it: later uses of that memory fail, as on a real
+ * driver. A destroyed stream's worker thread is joined by a later
+ * cuStreamCreate.
  */
 #ifndef PINSTAGE_EMU_H
 #define PINSTAGE_EMU_H
@@ -37,6 +47,10 @@ void pinstage_emu_clear_faults(void);
 /* Calls made to an entry point since the last reset; NULL: to all of them. */
 unsigned long pinstage_emu_calls(const char *entry);
 void pinstage_emu_reset_calls(void);
+/* The calls made since the last reset, in order, by base name: fills up to
+ * `max` entries and returns how many calls there were (a fault sweep fails
+ * each of them in turn). */
+size_t pinstage_emu_trace(const char **entries, size_t max);
 
 typedef struct pinstage_emu_live {
     size_t pinned_allocations, pinned_bytes; /* cuMemAllocHost / cuMemHostAlloc */
@@ -50,6 +64,8 @@ void pinstage_emu_get_live(pinstage_emu_live *live);
 
 /* Timing of queued operations: latency per operation plus bytes over bandwidth. */
 void pinstage_emu_set_timing(double latency_us, double bandwidth_gbps);
+/* PINSTAGE_EMU_INLINE, switched at run time. */
+void pinstage_emu_set_inline(int on);
 /* Alignment of later pinned allocations; 0 restores page alignment. */
 void pinstage_emu_set_pinned_alignment(size_t alignment);
 

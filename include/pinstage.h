@@ -116,6 +116,28 @@
  * returns; if even that wait fails (the driver cannot say whether they are
  * done), the buffer drops its pinned block (stats.retired_blocks; releasing
  * it waits for the device) and the next transfer pins a fresh one.
+ * What a failed call leaves behind, per call:
+ *  - bad input (INVALID_VALUE): nothing changed, no driver call made;
+ *  - a transfer that needed a larger block: the larger one replaces the
+ *    buffer's only when the transfer succeeds, so a failed transfer leaves
+ *    the same block, capacity and counters (except when the driver ran out
+ *    of pinned memory while both were held: the old block is released
+ *    first, and then is gone);
+ *  - a failed wait: the block is retired as above (capacity 0);
+ *  - a release the driver refuses (cuMemFreeHost) is never silent: free and
+ *    shrink_to_fit return it; a release inside a call that otherwise
+ *    succeeded counts in stats.release_failures and sets the message; the
+ *    block is orphaned, released by the next pinned allocation or
+ *    pinstage_pinned_retry_releases;
+ *  - pinned memory that cannot be had: upload / download take the driver's
+ *    pageable path (stats.pinned_fallbacks) unless the buffer is strict.
+ *
+ * Undefined, as for any C object: using a buffer, ring or device buffer
+ * after freeing it, freeing it twice, reading a view after the call that
+ * ends it (the next call on the buffer; for a ring, see "Tickets"), and
+ * using one buffer or ring from two threads at once. Calling a buffer's
+ * own functions from inside its fill callback is detected and refused
+ * (NOT_PERMITTED); so is it for a ring.
  */
 #ifndef PINSTAGE_H
 #define PINSTAGE_H
@@ -203,11 +225,15 @@ PINSTAGE_API const char *pinstage_last_error_message(void);
  * "libcuda.so.1"), resolves its entry points through cuGetProcAddress and
  * calls cuInit(0). Calling it is optional: the first call that needs the
  * driver does the same with path NULL.
- * Returns PINSTAGE_SUCCESS (also when that same library is already loaded),
- * PINSTAGE_ERROR_DRIVER_NOT_LOADED (the message says what was tried and how
- * to fix it), PINSTAGE_ERROR_DRIVER_SYMBOL_NOT_FOUND, PINSTAGE_ERROR_NOT_PERMITTED
- * (a different library is already loaded), or cuInit's failure. A failed load
- * may be retried with another path. */
+ * Returns PINSTAGE_SUCCESS (also when that same library is already loaded,
+ * under any spelling of its path), PINSTAGE_ERROR_DRIVER_NOT_LOADED (the
+ * message says what was tried and how to fix it),
+ * PINSTAGE_ERROR_DRIVER_SYMBOL_NOT_FOUND (not a CUDA driver library, or one
+ * older than CUDA 11.3 that lacks an entry point), PINSTAGE_ERROR_NOT_PERMITTED
+ * (a different library is already loaded), or the error of a driver call
+ * that failed while loading (cuGetProcAddress, cuInit, cuDriverGetVersion),
+ * named in the message. A failed load leaves nothing loaded and may be
+ * retried, with the same path or another. */
 PINSTAGE_API pinstage_status pinstage_driver_load(const char *path);
 
 typedef struct pinstage_driver_info {
@@ -225,7 +251,8 @@ PINSTAGE_API pinstage_status pinstage_driver_get_info(pinstage_driver_info *info
  * ABI as cuGetProcAddress does; legacy-default-stream variants are returned.
  * Returns PINSTAGE_ERROR_INVALID_VALUE for NULL arguments,
  * CUDA_ERROR_NOT_FOUND (500) when the driver has no such symbol at that
- * version, or a loading failure. */
+ * version, the error cuGetProcAddress failed with, or a loading failure;
+ * the message names cuGetProcAddress. */
 PINSTAGE_API pinstage_status pinstage_driver_get_proc(const char *symbol, int cuda_version,
                                                       void **fn);
 
@@ -239,7 +266,10 @@ PINSTAGE_API pinstage_status pinstage_driver_get_proc(const char *symbol, int cu
 PINSTAGE_API pinstage_status pinstage_context_init(int device);
 /* Releases one retain of the primary context taken by pinstage_context_init.
  * The last release destroys the context (and everything allocated in it);
- * if it was current on this thread, no context is current afterwards. */
+ * if it was current on this thread, no context is current afterwards.
+ * Returns the failing driver call's error (cuDevicePrimaryCtxRetain /
+ * _Release_v2 / _GetState, cuCtxGetCurrent, cuCtxSetCurrent), named in the
+ * message; a failure before the release leaves the retain count as it was. */
 PINSTAGE_API pinstage_status pinstage_context_release(int device);
 
 /* Number of CUDA devices the driver sees. */
@@ -287,7 +317,7 @@ PINSTAGE_API pinstage_status pinstage_devbuf_wrap(pinstage_devbuf **out, CUdevic
                                                   size_t len, size_t elem_size, size_t elem_align);
 /* Frees the handle, and the device memory if owned (cuMemFree). NULL is
  * accepted. The handle is gone even when cuMemFree fails; the failure is
- * returned. */
+ * returned (the memory then goes with its context). */
 PINSTAGE_API pinstage_status pinstage_devbuf_free(pinstage_devbuf *buf);
 
 PINSTAGE_API CUdeviceptr pinstage_devbuf_ptr(const pinstage_devbuf *buf);
@@ -324,11 +354,14 @@ PINSTAGE_API pinstage_status pinstage_devbuf_copy_to_host(const pinstage_devbuf 
 
 typedef struct pinstage_buffer pinstage_buffer;
 
-/* Counters describing how a buffer has been used. Only successful transfers
- * count; a failed call leaves them unchanged. Each transfer counts in
- * exactly one of staged_transfers, pageable_transfers and
- * pinned_host_transfers; engine_transfers is the part of staged_transfers
- * the copy engine moved. */
+/* Counters describing how a buffer has been used. Only successful calls
+ * count; a failed call leaves them (and the capacity) unchanged, with two
+ * exceptions that count failures themselves: retired_blocks and
+ * release_failures. Each transfer counts in exactly one of
+ * staged_transfers, pageable_transfers and pinned_host_transfers;
+ * engine_transfers is the part of staged_transfers the copy engine moved,
+ * pinned_fallbacks the part of pageable_transfers that took the pageable
+ * path because no pinned memory could be had. */
 typedef struct pinstage_stats {
     uint64_t pinned_allocations; /* pinned allocations made (cuMemAllocHost_v2 calls that succeeded) */
     uint64_t staged_transfers;   /* transfers that went through the buffer's pinned memory */
@@ -342,6 +375,10 @@ typedef struct pinstage_stats {
                                        one DMA straight from / into it, no staging */
     uint64_t retired_blocks;     /* pinned blocks dropped because a failed wait left a DMA
                                     possibly still using them (see "Failures") */
+    uint64_t pinned_fallbacks;   /* upload/download that could not pin (the driver, or a pinned
+                                    limit, refused) and took the driver's pageable path */
+    uint64_t release_failures;   /* cuMemFreeHost calls the driver refused; the block is
+                                    orphaned and released later (see pinstage_buffer_free) */
 } pinstage_stats;
 
 /* Creates an empty buffer: nothing is pinned until the first transfer or
@@ -355,8 +392,15 @@ PINSTAGE_API pinstage_status pinstage_buffer_create(pinstage_buffer **out);
  * nothing is leaked. */
 PINSTAGE_API pinstage_status pinstage_buffer_create_with_capacity(pinstage_buffer **out,
                                                                   size_t bytes);
-/* Releases the pinned memory and the handle. NULL is accepted. */
-PINSTAGE_API void pinstage_buffer_free(pinstage_buffer *buf);
+/* Releases the pinned memory, the events and the handle. NULL is accepted.
+ * The handle is always gone. If the driver refuses to release the pinned
+ * memory (no context current on this thread, or a failed one), the error
+ * comes back with the message naming cuMemFreeHost, and the block is
+ * orphaned: kept, counted in pinstage_get_pinned_usage, and released by the
+ * next pinned allocation or pinstage_pinned_retry_releases. A refused
+ * cuEventDestroy is returned likewise. NOT_PERMITTED (nothing freed) from
+ * the buffer's own fill callback. */
+PINSTAGE_API pinstage_status pinstage_buffer_free(pinstage_buffer *buf);
 
 /* Pinned capacity in bytes (0 before first use and after shrink_to_fit). */
 PINSTAGE_API size_t pinstage_buffer_capacity(const pinstage_buffer *buf);
@@ -387,8 +431,36 @@ PINSTAGE_API void pinstage_buffer_set_auto_stage_max_bytes(pinstage_buffer *buf,
  * buffer stays usable. */
 PINSTAGE_API pinstage_status pinstage_buffer_reserve(pinstage_buffer *buf, size_t bytes);
 /* Releases the pinned allocation; capacity becomes 0, the counters stay, the
- * next transfer pins again. */
-PINSTAGE_API void pinstage_buffer_shrink_to_fit(pinstage_buffer *buf);
+ * next transfer pins again. A refused release is returned, counted in
+ * release_failures, and the block orphaned (see pinstage_buffer_free).
+ * NULL is accepted. */
+PINSTAGE_API pinstage_status pinstage_buffer_shrink_to_fit(pinstage_buffer *buf);
+
+/* Caps this buffer's pinned capacity (SIZE_MAX, the default: no cap). A
+ * transfer that would need more fails with OUT_OF_MEMORY before any driver
+ * call, or, for upload / download, takes the pageable path (see
+ * pinstage_buffer_set_strict). A capacity already above the cap stays. */
+PINSTAGE_API void pinstage_buffer_set_pinned_limit(pinstage_buffer *buf, size_t bytes);
+/* strict 1: when upload / download cannot get pinned memory (the driver is
+ * out of it, or a pinned limit is reached), return that error. strict 0, the
+ * default: take the driver's pageable path instead, counted in
+ * pinned_fallbacks. upload_with / download_into have no fallback: their
+ * data lives in pinned memory, so they always return the error. */
+PINSTAGE_API void pinstage_buffer_set_strict(pinstage_buffer *buf, int strict);
+
+/* Caps the pinned memory every buffer and ring of the process holds
+ * together (SIZE_MAX, the default: no cap), e.g. below a container's
+ * locked-memory limit. An allocation that would pass it fails with
+ * OUT_OF_MEMORY without a driver call; what is held already stays. */
+PINSTAGE_API void pinstage_set_pinned_limit(size_t bytes);
+/* Pinned bytes held now by all buffers and rings (orphaned blocks
+ * included), and the cap. Either pointer may be NULL. */
+PINSTAGE_API void pinstage_get_pinned_usage(size_t *held, size_t *limit);
+/* Releases orphaned blocks: pinned memory whose release the driver refused
+ * (see pinstage_buffer_free). Every pinned allocation tries this first on
+ * its own; call it where the right context is current, or before exit to
+ * learn whether any remain. Returns the first refusal, else success. */
+PINSTAGE_API pinstage_status pinstage_pinned_retry_releases(void);
 
 /* Writes `n` elements into pinned memory. `dst` points at n elements of the
  * device buffer's element type, aligned for it. */
@@ -403,10 +475,12 @@ typedef void (*pinstage_fill_fn)(void *dst, size_t n, void *user_data);
  * call returns once it has landed.
  * Errors (nothing is enqueued, fill is not called): INVALID_VALUE when buf,
  * dst or fill is NULL, n is 0, n differs from dst's length, the byte size
- * overflows, or the pinned memory is not aligned for the element. Otherwise
- * a failure of cuEventCreate (the buffer's first transfer), the pinned
- * allocation, cuMemcpyHtoDAsync_v2, cuEventRecord or cuEventQuery, after
- * which the buffer stays usable (see "Failures"). */
+ * overflows, or the pinned memory is not aligned for the element;
+ * OUT_OF_MEMORY when a pinned limit would be passed; NOT_PERMITTED when
+ * called from a fill callback of the same buffer. Otherwise a failure of
+ * cuEventCreate (the buffer's first transfer), the pinned allocation,
+ * cuMemcpyHtoDAsync_v2, cuEventRecord or cuEventQuery, after which the
+ * buffer stays usable (see "Failures"). There is no pageable fallback. */
 PINSTAGE_API pinstage_status pinstage_buffer_upload_with(pinstage_buffer *buf, pinstage_devbuf *dst,
                                                          size_t n, CUstream stream,
                                                          pinstage_fill_fn fill, void *user_data);
@@ -531,6 +605,7 @@ typedef struct pinstage_ring_stats {
     size_t pinned_bytes;         /* pinned now, all slots */
     size_t peak_pinned_bytes;    /* most pinned at once */
     uint64_t retired_blocks;     /* slot blocks dropped after a failed wait (see "Failures") */
+    uint64_t release_failures;   /* cuMemFreeHost calls the driver refused (the block is kept) */
 } pinstage_ring_stats;
 
 /* Creates a ring of `slots` slots (1 to PINSTAGE_RING_MAX_SLOTS) with
@@ -540,9 +615,10 @@ typedef struct pinstage_ring_stats {
  * allocated. */
 PINSTAGE_API pinstage_status pinstage_ring_create(pinstage_ring **out, unsigned slots, unsigned flags);
 /* Waits for every copy still in flight, then releases the slots, events and
- * handle; uncollected downloads are discarded. Returns the first error a
- * wait reported (the stream's failure), else success; either way nothing is
- * leaked. NULL is accepted. */
+ * handle; uncollected downloads are discarded. The handle is always gone.
+ * Returns the first error: a wait's (the stream failed), a refused release
+ * (the block is orphaned, as for pinstage_buffer_free) or cuEventDestroy's.
+ * NULL is accepted. */
 PINSTAGE_API pinstage_status pinstage_ring_free(pinstage_ring *ring);
 /* Ensures every slot holds at least `bytes` of pinned memory, so the
  * allocations stay out of a pipeline's loop. Grow-only. A smaller slot's
@@ -787,7 +863,7 @@ typedef struct pinstage_typed_fill {
         const void *v = 0;                                                                         \
         pinstage_status s = pinstage_devbuf_check_elem(src, sizeof(T), PINSTAGE_ALIGNOF(T),        \
                                                        "pinstage_buffer_download_into_" #S);       \
-        if (!s) s = pinstage_buffer_download_into(buf, src, n, stream, &v);                        \
+        if (!s) s = pinstage_buffer_download_into(buf, src, n, stream, view ? &v : 0);             \
         if (view) *view = (const T *)v;                                                            \
         return s;                                                                                  \
     }                                                                                              \

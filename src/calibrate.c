@@ -180,7 +180,7 @@ pinstage_status pinstage_profile_calibrate(pinstage_profile **out, int thorough)
     }
     /* Written memory, as users pass: untouched pages would time page faults. */
     memset(b.host, 0x5a, most);
-    CUresult r;
+    CUresult r = CUDA_SUCCESS;
     if ((s = ps_profile_stamp(p, d, caller))) goto done;
     if ((r = d->cuStreamCreate(&b.stream, CU_STREAM_NON_BLOCKING))) {
         s = ps_fail_driver((pinstage_status)r, caller, "cuStreamCreate");
@@ -225,10 +225,13 @@ pinstage_status pinstage_profile_calibrate(pinstage_profile **out, int thorough)
         snprintf(why, sizeof why, "%s", pinstage_last_error_message());
         s = ps_fail(s, "%s: %s", caller, why);
     }
-done:
-    pinstage_buffer_free(b.buf);
-    if (b.dev) d->cuMemFree(b.dev);
-    if (b.stream) d->cuStreamDestroy(b.stream);
+done:;
+    /* Cleanup failures are reported too, unless a measurement failed first. */
+    pinstage_status freed = pinstage_buffer_free(b.buf);
+    if (freed && !s) s = freed;
+    if (b.dev && (r = d->cuMemFree(b.dev)) && !s) s = ps_fail_driver((pinstage_status)r, caller, "cuMemFree_v2");
+    if (b.stream && (r = d->cuStreamDestroy(b.stream)) && !s)
+        s = ps_fail_driver((pinstage_status)r, caller, "cuStreamDestroy_v2");
     free(b.host);
     if (s) {
         free(p);

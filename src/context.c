@@ -16,9 +16,12 @@ static pinstage_status get_device(const char *caller, int ordinal, const ps_driv
     CUresult r = (*d)->cuDeviceGet(dev, ordinal);
     if (r) {
         int count = 0;
-        (*d)->cuDeviceGetCount(&count);
-        return ps_fail((pinstage_status)r, "%s: device %d does not exist (the driver sees %d): %s",
-                       caller, ordinal, count, pinstage_status_name((pinstage_status)r));
+        /* Only a device the driver does not see "does not exist"; any other
+         * failure is the driver's, named as such. */
+        if ((*d)->cuDeviceGetCount(&count) == CUDA_SUCCESS && ordinal >= count)
+            return ps_fail((pinstage_status)r, "%s: device %d does not exist (the driver sees %d): %s",
+                           caller, ordinal, count, pinstage_status_name((pinstage_status)r));
+        return ps_fail_driver((pinstage_status)r, caller, "cuDeviceGet");
     }
     return PINSTAGE_SUCCESS;
 }
@@ -52,13 +55,19 @@ pinstage_status pinstage_context_release(int device) {
     /* Retaining is the only way to learn the primary context's handle. */
     CUresult r = d->cuDevicePrimaryCtxRetain(&primary, dev);
     if (r) return ps_fail_driver((pinstage_status)r, caller, "cuDevicePrimaryCtxRetain");
-    d->cuDevicePrimaryCtxRelease(dev);
-    r = d->cuDevicePrimaryCtxRelease(dev);
-    if (r) return ps_fail_driver((pinstage_status)r, caller, "cuDevicePrimaryCtxRelease_v2");
+    /* That retain is balanced first: if it cannot be, the caller's own
+     * reference is left alone and the count is where the call found it. */
+    if ((r = d->cuDevicePrimaryCtxRelease(dev)))
+        return ps_fail_driver((pinstage_status)r, caller, "cuDevicePrimaryCtxRelease_v2");
+    if ((r = d->cuDevicePrimaryCtxRelease(dev)))
+        return ps_fail_driver((pinstage_status)r, caller, "cuDevicePrimaryCtxRelease_v2");
     /* The last release destroys the context: leave no dangling current one. */
-    if (d->cuDevicePrimaryCtxGetState(dev, &flags, &active) == CUDA_SUCCESS && !active &&
-        d->cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == primary)
-        d->cuCtxSetCurrent(NULL);
+    if ((r = d->cuDevicePrimaryCtxGetState(dev, &flags, &active)))
+        return ps_fail_driver((pinstage_status)r, caller, "cuDevicePrimaryCtxGetState");
+    if (active) return PINSTAGE_SUCCESS;
+    if ((r = d->cuCtxGetCurrent(&current))) return ps_fail_driver((pinstage_status)r, caller, "cuCtxGetCurrent");
+    if (current == primary && (r = d->cuCtxSetCurrent(NULL)))
+        return ps_fail_driver((pinstage_status)r, caller, "cuCtxSetCurrent");
     return PINSTAGE_SUCCESS;
 }
 

@@ -82,8 +82,9 @@ int ps_drain(const ps_driver *d, CUevent spare, CUstream stream) {
 }
 
 pinstage_status ps_copy_h2d_pageable(const ps_driver *d, CUdeviceptr dst, const void *src, size_t bytes,
-                                     CUstream stream, CUevent event, const char *caller) {
+                                     CUstream stream, CUevent event, int *refused, const char *caller) {
     pinstage_status s = ps_enqueue_h2d(d, dst, src, bytes, stream, caller);
+    *refused = s == PINSTAGE_ERROR_INVALID_VALUE;
     if (s) return s;
     /* The driver staged the source before returning: whatever happens to the
      * wait, the caller's memory is no longer read. */
@@ -91,10 +92,12 @@ pinstage_status ps_copy_h2d_pageable(const ps_driver *d, CUdeviceptr dst, const 
 }
 
 pinstage_status ps_copy_d2h_pageable(const ps_driver *d, void *dst, CUdeviceptr src, size_t bytes,
-                                     CUstream stream, CUevent event, const char *caller) {
+                                     CUstream stream, CUevent event, int *refused, const char *caller) {
     pinstage_status s;
+    *refused = 0;
     if (!ps_is_legacy_stream(stream) && (s = ps_record_and_wait(d, event, stream, 0, caller))) return s;
     CUresult r = d->cuMemcpyDtoH(dst, src, bytes);
+    *refused = r == CUDA_ERROR_INVALID_VALUE;
     return r ? ps_fail_driver((pinstage_status)r, caller, "cuMemcpyDtoH_v2") : PINSTAGE_SUCCESS;
 }
 

@@ -34,11 +34,14 @@ int ps_drain(const ps_driver *d, CUevent spare, CUstream stream);
 
 /* The driver's pageable path, ordered against `stream`, landed on return.
  * Uploads: async copy + record + wait. Downloads: wait for the stream's work,
- * then the synchronous cuMemcpyDtoH_v2 (faster than its async form). */
+ * then the synchronous cuMemcpyDtoH_v2 (faster than its async form).
+ * *refused says the copy call itself returned CUDA_ERROR_INVALID_VALUE: the
+ * driver does not take this host range (partly page-locked), so the caller
+ * may stage it instead; the same code from a wait means no such thing. */
 pinstage_status ps_copy_h2d_pageable(const ps_driver *d, CUdeviceptr dst, const void *src, size_t bytes,
-                                     CUstream stream, CUevent event, const char *caller);
+                                     CUstream stream, CUevent event, int *refused, const char *caller);
 pinstage_status ps_copy_d2h_pageable(const ps_driver *d, void *dst, CUdeviceptr src, size_t bytes,
-                                     CUstream stream, CUevent event, const char *caller);
+                                     CUstream stream, CUevent event, int *refused, const char *caller);
 
 /* What the driver knows of a host range. */
 typedef enum ps_host_kind {

@@ -28,13 +28,17 @@ static int library_version;
 static ps_get_proc_address_v2_fn get_proc_v2;
 static ps_get_proc_address_v1_fn get_proc_v1;
 
+/* Asks cuGetProcAddress for `symbol`. Returns CUDA_SUCCESS, CUDA_ERROR_NOT_FOUND
+ * when the driver does not have it (at that version), or the error the call
+ * itself failed with (the driver could not answer). */
 static CUresult resolve(const char *symbol, int cuda_version, void **fn) {
     CUresult r;
     *fn = NULL;
     if (get_proc_v2) {
         CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SUCCESS;
         r = get_proc_v2(symbol, fn, cuda_version, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &found);
-        if (r == CUDA_SUCCESS && found != CU_GET_PROC_ADDRESS_SUCCESS) r = CUDA_ERROR_NOT_FOUND;
+        if (found != CU_GET_PROC_ADDRESS_SUCCESS && (r == CUDA_SUCCESS || r == CUDA_ERROR_NOT_FOUND))
+            r = CUDA_ERROR_NOT_FOUND;
     } else {
         r = get_proc_v1(symbol, fn, cuda_version, CU_GET_PROC_ADDRESS_LEGACY_STREAM);
     }
@@ -79,20 +83,34 @@ static pinstage_status load_locked(const char *path) {
     *(void **)&get_proc_v2 = dlsym(library, "cuGetProcAddress_v2");
     if (!get_proc_v2) *(void **)&get_proc_v1 = dlsym(library, "cuGetProcAddress");
     if (!get_proc_v2 && !get_proc_v1) {
+        int is_cuda = dlsym(library, "cuInit") != NULL;
         unload();
+        if (!is_cuda)
+            return ps_fail(PINSTAGE_ERROR_DRIVER_SYMBOL_NOT_FOUND,
+                           "'%s' (%s) is not a CUDA driver library: it has neither cuInit nor "
+                           "cuGetProcAddress",
+                           path, source);
         return ps_fail(PINSTAGE_ERROR_DRIVER_SYMBOL_NOT_FOUND,
                        "the driver library '%s' has no cuGetProcAddress: pinstage needs a CUDA "
                        "driver of version 11.3 or newer",
                        path);
     }
 
+    /* A lookup the driver could not answer is its error, passed through;
+     * only a symbol it does not have means an older driver. */
 #define PS_RESOLVE(name, version, params)                                                      \
     {                                                                                          \
         CUresult r = resolve(#name, version, (void **)&table.name);                            \
         if (r != CUDA_SUCCESS) {                                                               \
             unload();                                                                          \
+            if (r != CUDA_ERROR_NOT_FOUND)                                                     \
+                return ps_fail((pinstage_status)r,                                             \
+                               "the driver library '%s': cuGetProcAddress failed for %s: %s (%s)", \
+                               path, #name, pinstage_status_name((pinstage_status)r),          \
+                               pinstage_status_string((pinstage_status)r));                    \
             return ps_fail(PINSTAGE_ERROR_DRIVER_SYMBOL_NOT_FOUND,                             \
-                           "the driver library '%s' does not provide %s at ABI version %d (%s)", \
+                           "the driver library '%s' does not provide %s at ABI version %d "    \
+                           "(cuGetProcAddress: %s)",                                           \
                            path, #name, version, pinstage_status_name((pinstage_status)r));    \
         }                                                                                      \
     }
@@ -108,18 +126,31 @@ static pinstage_status load_locked(const char *path) {
                        pinstage_status_string((pinstage_status)r));
     }
     library_version = 0;
-    table.cuDriverGetVersion(&library_version);
+    if ((r = table.cuDriverGetVersion(&library_version)) != CUDA_SUCCESS) {
+        unload();
+        return ps_fail((pinstage_status)r, "the driver library '%s' loaded, but cuDriverGetVersion failed: %s (%s)",
+                       path, pinstage_status_name((pinstage_status)r), pinstage_status_string((pinstage_status)r));
+    }
     library_emulated = dlsym(library, "pinstage_emu_version") != NULL;
     strcpy(library_path, path);
     atomic_store_explicit(&ready, &table, memory_order_release);
     return PINSTAGE_SUCCESS;
 }
 
+/* Whether `path` names the library already loaded, by another spelling (a
+ * symlink, "dir/./lib.so"): the loader then hands back the same handle. */
+static int same_library(const char *path) {
+    void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    if (!h) return 0;
+    dlclose(h);
+    return h == library;
+}
+
 pinstage_status pinstage_driver_load(const char *path) {
     pinstage_status s = PINSTAGE_SUCCESS;
     pthread_mutex_lock(&load_lock);
     if (atomic_load_explicit(&ready, memory_order_acquire)) {
-        if (path && strcmp(path, library_path) != 0)
+        if (path && strcmp(path, library_path) != 0 && !same_library(path))
             s = ps_fail(PINSTAGE_ERROR_NOT_PERMITTED,
                         "pinstage_driver_load: '%s' is already loaded; a process uses one driver "
                         "library, so '%s' cannot replace it",
@@ -162,9 +193,10 @@ pinstage_status pinstage_driver_get_proc(const char *symbol, int cuda_version, v
     pinstage_status s = ps_driver_get(&d);
     if (s) return s;
     CUresult r = resolve(symbol, cuda_version, fn);
-    if (r != CUDA_SUCCESS)
+    if (r == CUDA_ERROR_NOT_FOUND)
         return ps_fail((pinstage_status)r,
-                       "pinstage_driver_get_proc: the driver has no %s at ABI version %d (%s)",
+                       "pinstage_driver_get_proc: cuGetProcAddress found no %s at ABI version %d (%s)",
                        symbol, cuda_version, pinstage_status_name((pinstage_status)r));
+    if (r != CUDA_SUCCESS) return ps_fail_driver((pinstage_status)r, "pinstage_driver_get_proc", "cuGetProcAddress");
     return PINSTAGE_SUCCESS;
 }

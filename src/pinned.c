@@ -1,4 +1,9 @@
 /* SPDX-License-Identifier: MIT */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "pinned.h"
@@ -16,35 +21,152 @@ size_t ps_pinned_round(size_t bytes) {
     return (bytes + g - 1) / g * g;
 }
 
-pinstage_status ps_pinned_grow(ps_pinned *pinned, const ps_driver *driver, size_t capacity,
-                               uint64_t *elapsed_ns, const char *caller) {
+/* ---- The process's pinned accounting ------------------------------------------------ */
+
+/* held and limit: relaxed atomics, since they order nothing but themselves;
+ * a reservation is taken before an allocation and given back if it fails,
+ * so `held` never undercounts what is pinned. The orphan list: one mutex;
+ * orphan_count mirrors its length so the common case (none) takes no lock. */
+static _Atomic size_t held;
+static _Atomic size_t limit = SIZE_MAX;
+static pthread_mutex_t orphan_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct orphan {
+    void *ptr;
+    size_t capacity;
+} *orphans;
+static size_t orphan_len, orphan_cap;
+static _Atomic size_t orphan_count;
+
+void pinstage_set_pinned_limit(size_t bytes) { atomic_store_explicit(&limit, bytes, memory_order_relaxed); }
+
+void pinstage_get_pinned_usage(size_t *held_bytes, size_t *limit_bytes) {
+    if (held_bytes) *held_bytes = atomic_load_explicit(&held, memory_order_relaxed);
+    if (limit_bytes) *limit_bytes = atomic_load_explicit(&limit, memory_order_relaxed);
+}
+
+static pinstage_status refused(CUresult r, const char *caller, void *p) {
+    return ps_fail((pinstage_status)r,
+                   "%s: cuMemFreeHost failed: %s (%s); the pinned block at %p is kept and released again by the "
+                   "next pinned allocation or pinstage_pinned_retry_releases (e.g. from a thread where its "
+                   "context is current)",
+                   caller, pinstage_status_name((pinstage_status)r), pinstage_status_string((pinstage_status)r), p);
+}
+
+static CUresult free_block(const ps_driver *driver, void *p, size_t capacity, uint64_t *elapsed_ns) {
     uint64_t start = now_ns();
-    void *fresh = NULL;
-    CUresult r = driver->cuMemAllocHost(&fresh, capacity);
-    if (r == CUDA_ERROR_OUT_OF_MEMORY && pinned->ptr) {
-        /* Holding both may be what exhausts the pinnable memory. */
-        driver->cuMemFreeHost(pinned->ptr);
-        pinned->ptr = NULL;
-        pinned->capacity = 0;
-        r = driver->cuMemAllocHost(&fresh, capacity);
+    CUresult r = driver->cuMemFreeHost(p);
+    *elapsed_ns += now_ns() - start;
+    if (r == CUDA_SUCCESS) atomic_fetch_sub_explicit(&held, capacity, memory_order_relaxed);
+    return r;
+}
+
+/* Frees a block, orphaning it when the driver refuses. */
+static pinstage_status release_block(const ps_driver *driver, void *p, size_t capacity, uint64_t *elapsed_ns,
+                                     const char *caller) {
+    CUresult r = free_block(driver, p, capacity, elapsed_ns);
+    if (r == CUDA_SUCCESS) return PINSTAGE_SUCCESS;
+    pthread_mutex_lock(&orphan_lock);
+    if (orphan_len == orphan_cap) {
+        size_t cap = orphan_cap ? 2 * orphan_cap : 8;
+        struct orphan *more = realloc(orphans, cap * sizeof *more);
+        if (more) orphans = more, orphan_cap = cap;
     }
+    /* Out of host memory even for the list: the block is lost, and said so. */
+    if (orphan_len < orphan_cap) {
+        orphans[orphan_len++] = (struct orphan){p, capacity};
+        atomic_store_explicit(&orphan_count, orphan_len, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&orphan_lock);
+    return refused(r, caller, p);
+}
+
+/* Tries the orphans again; returns the first refusal. */
+static pinstage_status retry_orphans(const ps_driver *driver, uint64_t *elapsed_ns, const char *caller) {
+    if (!atomic_load_explicit(&orphan_count, memory_order_relaxed)) return PINSTAGE_SUCCESS;
+    pinstage_status first = PINSTAGE_SUCCESS;
+    pthread_mutex_lock(&orphan_lock);
+    size_t kept = 0;
+    for (size_t i = 0; i < orphan_len; i++) {
+        CUresult r = free_block(driver, orphans[i].ptr, orphans[i].capacity, elapsed_ns);
+        if (r == CUDA_SUCCESS) continue;
+        if (!first) first = refused(r, caller, orphans[i].ptr);
+        orphans[kept++] = orphans[i];
+    }
+    orphan_len = kept;
+    atomic_store_explicit(&orphan_count, kept, memory_order_relaxed);
+    pthread_mutex_unlock(&orphan_lock);
+    return first;
+}
+
+pinstage_status pinstage_pinned_retry_releases(void) {
+    const ps_driver *d;
+    uint64_t ignored = 0;
+    if (!atomic_load_explicit(&orphan_count, memory_order_relaxed)) return PINSTAGE_SUCCESS;
+    pinstage_status s = ps_driver_get(&d);
+    return s ? s : retry_orphans(d, &ignored, "pinstage_pinned_retry_releases");
+}
+
+/* ---- One allocation ------------------------------------------------------------------ */
+
+pinstage_status ps_pinned_alloc(ps_pinned *fresh, const ps_driver *driver, size_t capacity, uint64_t *elapsed_ns,
+                                const char *caller) {
+    char why[512];
+    uint64_t ignored = 0;
+    /* Orphans go first: they may be what stands between us and the limit.
+     * Their refusal is not this call's failure. */
+    snprintf(why, sizeof why, "%s", pinstage_last_error_message());
+    if (retry_orphans(driver, &ignored, caller)) ps_fail(0, "%s", why);
+    size_t cap = atomic_load_explicit(&limit, memory_order_relaxed);
+    size_t before = atomic_fetch_add_explicit(&held, capacity, memory_order_relaxed);
+    if (before > cap || capacity > cap - before) {
+        atomic_fetch_sub_explicit(&held, capacity, memory_order_relaxed);
+        return ps_fail(PINSTAGE_ERROR_OUT_OF_MEMORY,
+                       "%s: pinning %zu more bytes would pass the process's pinned limit of %zu bytes (%zu held; "
+                       "pinstage_set_pinned_limit)", caller, capacity, cap, before);
+    }
+    uint64_t start = now_ns();
+    void *p = NULL;
+    CUresult r = driver->cuMemAllocHost(&p, capacity);
+    *elapsed_ns += now_ns() - start;
     if (r != CUDA_SUCCESS) {
-        *elapsed_ns += now_ns() - start;
+        atomic_fetch_sub_explicit(&held, capacity, memory_order_relaxed);
         return ps_fail_driver((pinstage_status)r, caller, "cuMemAllocHost_v2");
     }
-    if (pinned->ptr) driver->cuMemFreeHost(pinned->ptr);
-    pinned->ptr = fresh;
-    pinned->capacity = capacity;
-    *elapsed_ns += now_ns() - start;
+    fresh->ptr = p;
+    fresh->capacity = capacity;
     return PINSTAGE_SUCCESS;
 }
 
-void ps_pinned_release(ps_pinned *pinned, const ps_driver *driver, uint64_t *elapsed_ns) {
-    if (!pinned->ptr) return;
-    uint64_t start = now_ns();
-    /* A failure here (a context already torn down) leaves nothing to retry. */
-    driver->cuMemFreeHost(pinned->ptr);
-    *elapsed_ns += now_ns() - start;
+pinstage_status ps_pinned_replace(ps_pinned *pinned, const ps_driver *driver, ps_pinned *fresh,
+                                  uint64_t *elapsed_ns, const char *caller) {
+    ps_pinned old = *pinned;
+    *pinned = *fresh;
+    fresh->ptr = NULL;
+    fresh->capacity = 0;
+    return old.ptr ? release_block(driver, old.ptr, old.capacity, elapsed_ns, caller) : PINSTAGE_SUCCESS;
+}
+
+pinstage_status ps_pinned_release(ps_pinned *pinned, const ps_driver *driver, uint64_t *elapsed_ns,
+                                  const char *caller) {
+    ps_pinned old = *pinned;
     pinned->ptr = NULL;
     pinned->capacity = 0;
+    return old.ptr ? release_block(driver, old.ptr, old.capacity, elapsed_ns, caller) : PINSTAGE_SUCCESS;
+}
+
+pinstage_status ps_pinned_grow(ps_pinned *pinned, const ps_driver *driver, size_t capacity, uint64_t *elapsed_ns,
+                               int *grew, const char *caller) {
+    ps_pinned fresh = {NULL, 0};
+    *grew = 0;
+    pinstage_status s = ps_pinned_alloc(&fresh, driver, capacity, elapsed_ns, caller);
+    if (s == PINSTAGE_ERROR_OUT_OF_MEMORY && pinned->ptr) {
+        /* Holding both may be what exhausts the pinnable memory. */
+        char why[512];
+        snprintf(why, sizeof why, "%s", pinstage_last_error_message());
+        if (ps_pinned_release(pinned, driver, elapsed_ns, caller)) return ps_fail(s, "%s", why);
+        s = ps_pinned_alloc(&fresh, driver, capacity, elapsed_ns, caller);
+    }
+    if (s) return s;
+    *grew = 1;
+    return ps_pinned_replace(pinned, driver, &fresh, elapsed_ns, caller);
 }

@@ -1,5 +1,13 @@
 /* SPDX-License-Identifier: MIT */
-/* The page-locked allocation a staging buffer owns, and how it grows. */
+/* The page-locked allocation a staging buffer (or a ring slot) owns, how it
+ * grows, and the process's pinned accounting.
+ *
+ * A release the driver refuses (no current context on the calling thread, a
+ * dead context) never loses the block silently: the refusal is returned and
+ * the block is "orphaned", kept on a process-wide list that every later
+ * pinned allocation (and pinstage_pinned_retry_releases) tries to release
+ * again. Orphans count in the pinned bytes held, so the pinned limit bounds
+ * them too. */
 #ifndef PINSTAGE_PINNED_H
 #define PINSTAGE_PINNED_H
 
@@ -15,15 +23,29 @@ typedef struct ps_pinned {
 /* Rounds `bytes` up to the capacity granularity; 0 when that overflows. */
 size_t ps_pinned_round(size_t bytes);
 
-/* Replaces the allocation with one of `capacity` bytes (already rounded,
- * larger than the current one). The new allocation is made before the old
- * one is released, so a failure keeps the old one; only when the driver is
- * out of memory is the old one released first and the allocation retried.
- * Adds the time spent in the driver to *elapsed_ns. */
-pinstage_status ps_pinned_grow(ps_pinned *pinned, const ps_driver *driver, size_t capacity,
-                               uint64_t *elapsed_ns, const char *caller);
+/* Allocates `capacity` bytes (already rounded) into the empty *fresh. Adds
+ * the time spent in the driver to *elapsed_ns. OUT_OF_MEMORY, with no
+ * driver call, when the process's pinned limit would be exceeded. */
+pinstage_status ps_pinned_alloc(ps_pinned *fresh, const ps_driver *driver, size_t capacity, uint64_t *elapsed_ns,
+                                const char *caller);
 
-/* Releases the allocation (capacity 0). */
-void ps_pinned_release(ps_pinned *pinned, const ps_driver *driver, uint64_t *elapsed_ns);
+/* Makes *fresh the allocation (fresh is left empty) and releases the old
+ * one; a refused release orphans it and is returned (with this thread's
+ * message naming it). The replacement stands either way. */
+pinstage_status ps_pinned_replace(ps_pinned *pinned, const ps_driver *driver, ps_pinned *fresh,
+                                  uint64_t *elapsed_ns, const char *caller);
+
+/* Releases the allocation (now empty either way); a refused release orphans
+ * the block and is returned. */
+pinstage_status ps_pinned_release(ps_pinned *pinned, const ps_driver *driver, uint64_t *elapsed_ns,
+                                  const char *caller);
+
+/* alloc + replace, for reserve and the ring's slots: the new allocation is
+ * made before the old one is released, so a failure keeps the old one; only
+ * when the driver is out of memory is the old one released first and the
+ * allocation tried once more. *grew says whether the new block is in place:
+ * an error with *grew set is a refused release of the old block (orphaned). */
+pinstage_status ps_pinned_grow(ps_pinned *pinned, const ps_driver *driver, size_t capacity, uint64_t *elapsed_ns,
+                               int *grew, const char *caller);
 
 #endif

@@ -269,7 +269,9 @@ pinstage_status ps_profile_stamp(pinstage_profile *p, const ps_driver *d, const 
     pinstage_status s = this_machine(d, p->device_name, sizeof p->device_name, &p->driver_version, caller);
     if (s) return s;
     CUdevice dev;
-    if (d->cuCtxGetDevice(&dev) || d->cuDeviceGetPCIBusId(p->pci_bus_id, (int)sizeof p->pci_bus_id, dev))
-        snprintf(p->pci_bus_id, sizeof p->pci_bus_id, "unknown");
+    CUresult r = d->cuCtxGetDevice(&dev);
+    if (r) return ps_fail_driver((pinstage_status)r, caller, "cuCtxGetDevice");
+    if ((r = d->cuDeviceGetPCIBusId(p->pci_bus_id, (int)sizeof p->pci_bus_id, dev)))
+        return ps_fail_driver((pinstage_status)r, caller, "cuDeviceGetPCIBusId");
     return PINSTAGE_SUCCESS;
 }

@@ -42,6 +42,7 @@ struct pinstage_ring {
     unsigned count;
     unsigned flags;
     int have_events;
+    int in_call; /* an upload's fill callback is running */
     uint64_t handouts; /* copies handed a slot so far; tickets are its values */
     pinstage_ring_stats stats;
     ring_slot slot[];
@@ -93,7 +94,12 @@ static void count_pinned(pinstage_ring *ring) {
 /* A wait on the slot's copy failed: the DMA may still use the block, so it
  * is dropped (releasing it waits for the device) and never reused. */
 static void retire(pinstage_ring *ring, const ps_driver *d, ring_slot *s) {
-    ps_pinned_release(&s->pinned, d, &ring->stats.pin_time_ns);
+    char why[512];
+    snprintf(why, sizeof why, "%s", pinstage_last_error_message());
+    uint64_t ignored = 0;
+    /* A refused release orphans the block: never handed out again. */
+    if (ps_pinned_release(&s->pinned, d, &ignored, "pinstage_ring")) ring->stats.release_failures++;
+    ps_fail(0, "%s", why); /* the failure that caused it is what the caller reads */
     ring->stats.retired_blocks++;
     s->busy = 0;
     count_pinned(ring);
@@ -230,10 +236,12 @@ static pinstage_status acquire(pinstage_ring *ring, const ps_driver *d, int host
         }
     }
     if (bytes > s->pinned.capacity) {
-        pinstage_status st = ps_pinned_grow(&s->pinned, d, capacity, &ring->stats.pin_time_ns, caller);
+        int grew = 0;
+        pinstage_status st = ps_pinned_grow(&s->pinned, d, capacity, &ring->stats.pin_time_ns, &grew, caller);
         count_pinned(ring);
-        if (st) return st;
+        if (!grew) return st;
         ring->stats.pinned_allocations++;
+        ring->stats.release_failures += st != PINSTAGE_SUCCESS; /* the old block's, orphaned */
     }
     if ((uintptr_t)s->pinned.ptr % align)
         return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: the slot's pinned memory at %p is not aligned to the element's %zu bytes",
@@ -261,10 +269,20 @@ static pinstage_status commit(pinstage_ring *ring, const ps_driver *d, ring_slot
 
 /* ---- Uploads and downloads --------------------------------------------------------- */
 
+/* NULL, or called from inside the ring's own fill callback. */
+static pinstage_status check_ring(const pinstage_ring *ring, const char *caller) {
+    if (!ring) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: ring is NULL", caller);
+    if (ring->in_call)
+        return ps_fail(PINSTAGE_ERROR_NOT_PERMITTED, "%s: called on a ring whose own call is still running (from its "
+                       "fill callback?)", caller);
+    return PINSTAGE_SUCCESS;
+}
+
 static pinstage_status check_args(const char *caller, const pinstage_ring *ring, const pinstage_devbuf *dev,
                                   const char *dev_name, int other_given, const char *other_name, size_t n,
                                   size_t *bytes) {
-    if (!ring) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: ring is NULL", caller);
+    pinstage_status s = check_ring(ring, caller);
+    if (s) return s;
     if (!dev) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: %s is NULL", caller, dev_name);
     if (!other_given) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: %s is NULL", caller, other_name);
     if (n == 0) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: n is 0", caller);
@@ -284,9 +302,11 @@ static pinstage_status upload(pinstage_ring *ring, pinstage_devbuf *dst, size_t 
     pinstage_status st = ps_driver_get(&d);
     if (st || (st = ensure_events(ring, d, caller)) || (st = acquire(ring, d, 1, bytes, dst->elem_align, &s, caller)))
         return st;
-    if (fill)
+    if (fill) {
+        ring->in_call = 1;
         fill(s->pinned.ptr, n, user_data);
-    else if (bytes >= POOL_COPY_MIN)
+        ring->in_call = 0;
+    } else if (bytes >= POOL_COPY_MIN)
         ps_engine_copy_in(ps_pool_default(), s->pinned.ptr, src, bytes);
     else
         memcpy(s->pinned.ptr, src, bytes);
@@ -357,7 +377,8 @@ static pinstage_status complete(pinstage_ring *ring, pinstage_ticket ticket, con
                                 const char *caller) {
     const ps_driver *d;
     if (view) *view = NULL;
-    if (!ring) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: ring is NULL", caller);
+    pinstage_status checked = check_ring(ring, caller);
+    if (checked) return checked;
     if (!view) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: view is NULL", caller);
     ring_slot *s = find_ticket(ring, ticket);
     if (!s)
@@ -405,7 +426,8 @@ pinstage_status pinstage_ring_poll(pinstage_ring *ring, pinstage_ticket ticket, 
 
 pinstage_status pinstage_ring_release(pinstage_ring *ring, pinstage_ticket ticket) {
     static const char caller[] = "pinstage_ring_release";
-    if (!ring) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: ring is NULL", caller);
+    pinstage_status checked = check_ring(ring, caller);
+    if (checked) return checked;
     ring_slot *s = find_ticket(ring, ticket);
     if (!s)
         return ps_fail(PINSTAGE_ERROR_INVALID_VALUE,
@@ -439,7 +461,8 @@ static pinstage_status wait_all(pinstage_ring *ring, const ps_driver *d, const c
 pinstage_status pinstage_ring_synchronize(pinstage_ring *ring) {
     static const char caller[] = "pinstage_ring_synchronize";
     const ps_driver *d;
-    if (!ring) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: ring is NULL", caller);
+    pinstage_status checked = check_ring(ring, caller);
+    if (checked) return checked;
     if (!ring->have_events) return PINSTAGE_SUCCESS; /* nothing was ever enqueued */
     pinstage_status st = ps_driver_get(&d);
     return st ? st : wait_all(ring, d, caller);
@@ -448,7 +471,8 @@ pinstage_status pinstage_ring_synchronize(pinstage_ring *ring) {
 pinstage_status pinstage_ring_reserve(pinstage_ring *ring, size_t bytes) {
     static const char caller[] = "pinstage_ring_reserve";
     const ps_driver *d;
-    if (!ring) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: ring is NULL", caller);
+    pinstage_status checked = check_ring(ring, caller);
+    if (checked) return checked;
     if (bytes == 0) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: bytes is 0", caller);
     size_t capacity = ps_pinned_round(bytes);
     if (capacity == 0)
@@ -461,27 +485,45 @@ pinstage_status pinstage_ring_reserve(pinstage_ring *ring, size_t bytes) {
         /* A collected view is lost once its block is replaced. */
         if (s->state == SLOT_TICKET) continue;
         if ((st = slot_wait(ring, d, s, caller))) break;
-        st = ps_pinned_grow(&s->pinned, d, capacity, &ring->stats.pin_time_ns, caller);
-        if (!st) ring->stats.pinned_allocations++;
-        if (s->state == SLOT_VIEWED) clear_slot(s);
+        int grew = 0;
+        st = ps_pinned_grow(&s->pinned, d, capacity, &ring->stats.pin_time_ns, &grew, caller);
+        if (grew) {
+            ring->stats.pinned_allocations++;
+            ring->stats.release_failures += st != PINSTAGE_SUCCESS;
+            st = PINSTAGE_SUCCESS;
+            if (s->state == SLOT_VIEWED) clear_slot(s);
+        }
         count_pinned(ring);
     }
     return st;
 }
 
 pinstage_status pinstage_ring_free(pinstage_ring *ring) {
+    static const char caller[] = "pinstage_ring_free";
     const ps_driver *d;
     pinstage_status st = PINSTAGE_SUCCESS;
     if (!ring) return PINSTAGE_SUCCESS;
     /* Events and pinned memory exist only if a driver was loaded to make them. */
+    if (ring->in_call)
+        return ps_fail(PINSTAGE_ERROR_NOT_PERMITTED, "%s: called on a ring whose own call is still running", caller);
     int made = ring->have_events;
     for (unsigned i = 0; i < ring->count; i++) made |= ring->slot[i].pinned.ptr != NULL;
     if (made && !ps_driver_get(&d)) {
-        st = wait_all(ring, d, "pinstage_ring_free");
+        st = wait_all(ring, d, caller);
+        char first[512];
+        snprintf(first, sizeof first, "%s", pinstage_last_error_message());
+        /* Refused releases are orphaned (released later) and reported. */
         for (unsigned i = 0; i < ring->count; i++) {
-            if (ring->have_events) d->cuEventDestroy(ring->slot[i].event);
-            ps_pinned_release(&ring->slot[i].pinned, d, &ring->stats.pin_time_ns);
+            uint64_t ignored = 0;
+            pinstage_status r = ps_pinned_release(&ring->slot[i].pinned, d, &ignored, caller);
+            if (r && !st) st = r, snprintf(first, sizeof first, "%s", pinstage_last_error_message());
+            CUresult e = ring->have_events ? d->cuEventDestroy(ring->slot[i].event) : CUDA_SUCCESS;
+            if (e && !st) {
+                st = ps_fail_driver((pinstage_status)e, caller, "cuEventDestroy_v2");
+                snprintf(first, sizeof first, "%s", pinstage_last_error_message());
+            }
         }
+        if (st) ps_fail(st, "%s", first);
     }
     free(ring);
     return st;

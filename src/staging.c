@@ -21,16 +21,36 @@ struct pinstage_buffer {
      * all of them guard the engine's slots. */
     CUevent events[PS_ENGINE_SLOTS];
     int have_events;
+    int in_call;              /* a call on this buffer is running (re-entry from a fill) */
+    int strict;               /* no pageable fallback when pinning fails */
+    size_t pinned_limit;      /* this buffer's cap on its capacity; SIZE_MAX: none */
     size_t auto_stage_max_bytes;
     pinstage_profile *profile; /* the buffer's own copy; NULL: the default */
     pinstage_stats stats;
 };
+
+/* Every call that uses a buffer's state goes through these: a fill callback
+ * that calls back into its own buffer is refused, not let loose on memory
+ * the outer call is using. */
+static pinstage_status enter(pinstage_buffer *buf, const char *caller) {
+    if (buf->in_call)
+        return ps_fail(PINSTAGE_ERROR_NOT_PERMITTED,
+                       "%s: called on a buffer whose own call is still running (from its fill callback?)", caller);
+    buf->in_call = 1;
+    return PINSTAGE_SUCCESS;
+}
+
+static pinstage_status leave(pinstage_buffer *buf, pinstage_status s) {
+    buf->in_call = 0;
+    return s;
+}
 
 pinstage_status pinstage_buffer_create(pinstage_buffer **out) {
     if (!out) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "pinstage_buffer_create: out is NULL");
     *out = calloc(1, sizeof **out);
     if (!*out) return ps_fail(PINSTAGE_ERROR_OUT_OF_MEMORY, "pinstage_buffer_create: out of host memory");
     (*out)->auto_stage_max_bytes = PINSTAGE_AUTO_STAGE_PROFILE;
+    (*out)->pinned_limit = SIZE_MAX;
     return PINSTAGE_SUCCESS;
 }
 
@@ -53,17 +73,26 @@ pinstage_status pinstage_buffer_create_with_capacity(pinstage_buffer **out, size
     return PINSTAGE_SUCCESS;
 }
 
-void pinstage_buffer_free(pinstage_buffer *buf) {
+pinstage_status pinstage_buffer_free(pinstage_buffer *buf) {
+    static const char caller[] = "pinstage_buffer_free";
     const ps_driver *d;
-    if (!buf) return;
+    pinstage_status s = PINSTAGE_SUCCESS;
+    uint64_t ignored = 0;
+    if (!buf) return PINSTAGE_SUCCESS;
+    if (buf->in_call)
+        return ps_fail(PINSTAGE_ERROR_NOT_PERMITTED, "%s: called from the buffer's own fill callback", caller);
     /* Events and pinned memory exist only if a driver was loaded to make them. */
     if ((buf->have_events || buf->pinned.ptr) && !ps_driver_get(&d)) {
-        if (buf->have_events)
-            for (int i = 0; i < PS_ENGINE_SLOTS; i++) d->cuEventDestroy(buf->events[i]);
-        ps_pinned_release(&buf->pinned, d, &buf->stats.pin_time_ns);
+        /* A refused release is orphaned (released later) and reported. */
+        s = ps_pinned_release(&buf->pinned, d, &ignored, caller);
+        for (int i = 0; buf->have_events && i < PS_ENGINE_SLOTS; i++) {
+            CUresult r = d->cuEventDestroy(buf->events[i]);
+            if (r && !s) s = ps_fail_driver((pinstage_status)r, caller, "cuEventDestroy_v2");
+        }
     }
     free(buf->profile);
     free(buf);
+    return s;
 }
 
 size_t pinstage_buffer_capacity(const pinstage_buffer *buf) { return buf ? buf->pinned.capacity : 0; }
@@ -84,6 +113,14 @@ void pinstage_buffer_set_auto_stage_max_bytes(pinstage_buffer *buf, size_t bytes
     if (buf) buf->auto_stage_max_bytes = bytes;
 }
 
+void pinstage_buffer_set_pinned_limit(pinstage_buffer *buf, size_t bytes) {
+    if (buf) buf->pinned_limit = bytes;
+}
+
+void pinstage_buffer_set_strict(pinstage_buffer *buf, int strict) {
+    if (buf) buf->strict = strict != 0;
+}
+
 pinstage_status pinstage_buffer_set_profile(pinstage_buffer *buf, const pinstage_profile *profile) {
     static const char caller[] = "pinstage_buffer_set_profile";
     if (!buf) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: buf is NULL", caller);
@@ -97,19 +134,11 @@ pinstage_status pinstage_buffer_set_profile(pinstage_buffer *buf, const pinstage
     return PINSTAGE_SUCCESS;
 }
 
-/* Grows the pinned memory to hold `bytes` (already checked non-zero). */
-static pinstage_status ensure_capacity(pinstage_buffer *buf, const ps_driver *d, size_t bytes,
-                                       const char *caller) {
-    if (bytes <= buf->pinned.capacity) return PINSTAGE_SUCCESS;
-    size_t capacity = ps_pinned_round(bytes);
-    if (capacity == 0)
-        return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: bytes=%zu overflows when rounded up to %zu",
-                       caller, bytes, PINSTAGE_CAPACITY_GRANULARITY);
-    pinstage_status s = ps_pinned_grow(&buf->pinned, d, capacity, &buf->stats.pin_time_ns, caller);
-    if (s) return s;
-    buf->stats.pinned_allocations++;
-    if (capacity > buf->stats.peak_capacity) buf->stats.peak_capacity = capacity;
-    return PINSTAGE_SUCCESS;
+/* The buffer's cap on its capacity, as an error for `capacity` bytes. */
+static pinstage_status over_buffer_limit(const pinstage_buffer *buf, size_t capacity, const char *caller) {
+    return ps_fail(PINSTAGE_ERROR_OUT_OF_MEMORY,
+                   "%s: %zu pinned bytes would pass the buffer's pinned limit of %zu bytes "
+                   "(pinstage_buffer_set_pinned_limit)", caller, capacity, buf->pinned_limit);
 }
 
 pinstage_status pinstage_buffer_reserve(pinstage_buffer *buf, size_t bytes) {
@@ -117,19 +146,42 @@ pinstage_status pinstage_buffer_reserve(pinstage_buffer *buf, size_t bytes) {
     const ps_driver *d;
     if (!buf) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: buf is NULL", caller);
     if (bytes == 0) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: bytes is 0", caller);
-    if (ps_pinned_round(bytes) == 0)
+    size_t capacity = ps_pinned_round(bytes);
+    if (capacity == 0)
         return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: bytes=%zu overflows when rounded up to %zu",
                        caller, bytes, PINSTAGE_CAPACITY_GRANULARITY);
-    if (bytes <= buf->pinned.capacity) return PINSTAGE_SUCCESS;
-    pinstage_status s = ps_driver_get(&d);
-    return s ? s : ensure_capacity(buf, d, bytes, caller);
+    pinstage_status s = enter(buf, caller);
+    if (s) return s;
+    if (bytes <= buf->pinned.capacity) return leave(buf, PINSTAGE_SUCCESS);
+    if (capacity > buf->pinned_limit) return leave(buf, over_buffer_limit(buf, capacity, caller));
+    if ((s = ps_driver_get(&d))) return leave(buf, s);
+    int grew = 0;
+    uint64_t ns = 0;
+    s = ps_pinned_grow(&buf->pinned, d, capacity, &ns, &grew, caller);
+    if (grew) {
+        buf->stats.pinned_allocations++;
+        buf->stats.pin_time_ns += ns;
+        if (capacity > buf->stats.peak_capacity) buf->stats.peak_capacity = capacity;
+        /* The old block's release was refused: orphaned, counted, named; reserve did its job. */
+        if (s) buf->stats.release_failures++;
+        s = PINSTAGE_SUCCESS;
+    }
+    return leave(buf, s);
 }
 
-void pinstage_buffer_shrink_to_fit(pinstage_buffer *buf) {
+pinstage_status pinstage_buffer_shrink_to_fit(pinstage_buffer *buf) {
+    static const char caller[] = "pinstage_buffer_shrink_to_fit";
     const ps_driver *d;
     /* A pinned pointer exists only if a driver was loaded to make it. */
-    if (!buf || !buf->pinned.ptr || ps_driver_get(&d)) return;
-    ps_pinned_release(&buf->pinned, d, &buf->stats.pin_time_ns);
+    if (!buf) return PINSTAGE_SUCCESS;
+    pinstage_status s = enter(buf, caller);
+    if (s) return s;
+    if (!buf->pinned.ptr || ps_driver_get(&d)) return leave(buf, PINSTAGE_SUCCESS);
+    uint64_t ns = 0;
+    s = ps_pinned_release(&buf->pinned, d, &ns, caller);
+    if (s) buf->stats.release_failures++;
+    else buf->stats.pin_time_ns += ns;
+    return leave(buf, s);
 }
 
 /* The checks every transfer shares; on success *bytes is n * element size. */
@@ -164,37 +216,104 @@ static pinstage_status ensure_events(pinstage_buffer *buf, const ps_driver *d, c
     return PINSTAGE_SUCCESS;
 }
 
-/* Makes `bytes` of pinned memory ready, aligned for the element. */
-static pinstage_status prepare_pinned(pinstage_buffer *buf, const ps_driver *d, size_t bytes,
-                                      size_t elem_align, const char *caller) {
+/* The pinned block one transfer uses: the buffer's own when it is large
+ * enough, else a fresh larger one that replaces it only if the transfer
+ * succeeds. So a failed transfer leaves the buffer as it found it: same
+ * block, capacity and counters (unless the driver ran out of pinned memory
+ * while both were held: then the old block went first). */
+typedef struct {
+    ps_pinned fresh; /* empty when the buffer's own block is used */
+    uint64_t ns;     /* time spent pinning it */
+} pinning;
+
+static unsigned char *pinned_ptr(const pinstage_buffer *buf, const pinning *p) {
+    return p->fresh.ptr ? p->fresh.ptr : buf->pinned.ptr;
+}
+
+static pinstage_status pin(pinstage_buffer *buf, const ps_driver *d, size_t bytes, size_t elem_align,
+                           pinning *p, const char *caller) {
+    memset(p, 0, sizeof *p);
     pinstage_status s = ensure_events(buf, d, caller);
-    if (s || (s = ensure_capacity(buf, d, bytes, caller))) return s;
-    if ((uintptr_t)buf->pinned.ptr % elem_align)
+    if (s) return s;
+    if (bytes <= buf->pinned.capacity) {
+        if ((uintptr_t)buf->pinned.ptr % elem_align)
+            return ps_fail(PINSTAGE_ERROR_INVALID_VALUE,
+                           "%s: the pinned allocation at %p is not aligned to the element's %zu bytes", caller,
+                           buf->pinned.ptr, elem_align);
+        return PINSTAGE_SUCCESS;
+    }
+    size_t capacity = ps_pinned_round(bytes);
+    if (capacity == 0)
+        return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: bytes=%zu overflows when rounded up to %zu", caller, bytes,
+                       PINSTAGE_CAPACITY_GRANULARITY);
+    if (capacity > buf->pinned_limit) return over_buffer_limit(buf, capacity, caller);
+    s = ps_pinned_alloc(&p->fresh, d, capacity, &p->ns, caller);
+    if (s == PINSTAGE_ERROR_OUT_OF_MEMORY && buf->pinned.ptr) {
+        /* Holding both may be what exhausts the pinnable memory. */
+        char why[512];
+        snprintf(why, sizeof why, "%s", pinstage_last_error_message());
+        if (ps_pinned_release(&buf->pinned, d, &p->ns, caller)) {
+            buf->stats.release_failures++;
+            return ps_fail(s, "%s", why);
+        }
+        s = ps_pinned_alloc(&p->fresh, d, capacity, &p->ns, caller);
+    }
+    if (s) return s;
+    if ((uintptr_t)p->fresh.ptr % elem_align) {
+        void *at = p->fresh.ptr;
+        if (ps_pinned_release(&p->fresh, d, &p->ns, caller)) buf->stats.release_failures++;
         return ps_fail(PINSTAGE_ERROR_INVALID_VALUE,
-                       "%s: the pinned allocation at %p is not aligned to the element's %zu bytes",
-                       caller, buf->pinned.ptr, elem_align);
+                       "%s: the pinned allocation at %p is not aligned to the element's %zu bytes", caller, at,
+                       elem_align);
+    }
     return PINSTAGE_SUCCESS;
 }
 
-/* A failed wait may leave a DMA on the pinned block. The block is never
- * reused: releasing it waits for the device, and the next call pins anew. */
-static void retire_pinned(pinstage_buffer *buf, const ps_driver *d) {
-    ps_pinned_release(&buf->pinned, d, &buf->stats.pin_time_ns);
+/* After the transfer: a fresh block replaces the buffer's if it succeeded
+ * (then, and only then, it counts), else goes. */
+static void unpin(pinstage_buffer *buf, const ps_driver *d, pinning *p, int succeeded, const char *caller) {
+    if (!p->fresh.ptr) return;
+    if (!succeeded) {
+        uint64_t ignored = 0;
+        char why[512];
+        snprintf(why, sizeof why, "%s", pinstage_last_error_message());
+        if (ps_pinned_release(&p->fresh, d, &ignored, caller)) buf->stats.release_failures++;
+        ps_fail(0, "%s", why); /* the transfer's failure is what the caller reads */
+        return;
+    }
+    size_t capacity = p->fresh.capacity;
+    if (ps_pinned_replace(&buf->pinned, d, &p->fresh, &p->ns, caller)) buf->stats.release_failures++;
+    buf->stats.pinned_allocations++;
+    buf->stats.pin_time_ns += p->ns;
+    if (capacity > buf->stats.peak_capacity) buf->stats.peak_capacity = capacity;
+}
+
+/* A failed wait may leave a DMA on the block the transfer used. It is never
+ * reused: releasing it waits for the device. */
+static void retire_pinned(pinstage_buffer *buf, const ps_driver *d, pinning *p, const char *caller) {
+    uint64_t ignored = 0;
+    char why[512];
+    snprintf(why, sizeof why, "%s", pinstage_last_error_message());
+    pinstage_status s = ps_pinned_release(p->fresh.ptr ? &p->fresh : &buf->pinned, d, &ignored, caller);
+    if (s) buf->stats.release_failures++;
     buf->stats.retired_blocks++;
+    ps_fail(0, "%s", why);
 }
 
 /* After a failure once a copy on the pinned block was enqueued. */
-static void settle_pinned(pinstage_buffer *buf, const ps_driver *d, CUstream stream) {
-    if (ps_drain(d, buf->events[0], stream)) retire_pinned(buf, d);
+static void settle_pinned(pinstage_buffer *buf, const ps_driver *d, pinning *p, CUstream stream,
+                          const char *caller) {
+    if (ps_drain(d, buf->events[0], stream)) retire_pinned(buf, d, p, caller);
 }
 
 /* One DMA between the pinned block and the device, landed on return. */
-static pinstage_status staged_copy(pinstage_buffer *buf, const ps_driver *d, ps_direction dir, CUdeviceptr dev,
-                                   size_t bytes, CUstream stream, const char *caller) {
-    pinstage_status s = dir == PS_H2D ? ps_enqueue_h2d(d, dev, buf->pinned.ptr, bytes, stream, caller)
-                                      : ps_enqueue_d2h(d, buf->pinned.ptr, dev, bytes, stream, caller);
+static pinstage_status staged_copy(pinstage_buffer *buf, const ps_driver *d, pinning *p, ps_direction dir,
+                                   CUdeviceptr dev, size_t bytes, CUstream stream, const char *caller) {
+    unsigned char *pinned = pinned_ptr(buf, p);
+    pinstage_status s = dir == PS_H2D ? ps_enqueue_h2d(d, dev, pinned, bytes, stream, caller)
+                                      : ps_enqueue_d2h(d, pinned, dev, bytes, stream, caller);
     if (s) return s;
-    if ((s = ps_record_and_wait(d, buf->events[0], stream, bytes, caller))) settle_pinned(buf, d, stream);
+    if ((s = ps_record_and_wait(d, buf->events[0], stream, bytes, caller))) settle_pinned(buf, d, p, stream, caller);
     return s;
 }
 
@@ -204,14 +323,17 @@ pinstage_status pinstage_buffer_upload_with(pinstage_buffer *buf, pinstage_devbu
     static const char caller[] = "pinstage_buffer_upload_with";
     const ps_driver *d;
     size_t bytes = 0;
+    pinning p;
     pinstage_status s = check_transfer(caller, buf, dst, "dst", fill != NULL, "fill", n, &bytes);
-    if (s || (s = ps_driver_get(&d))) return s;
-    if ((s = prepare_pinned(buf, d, bytes, dst->elem_align, caller))) return s;
-    fill(buf->pinned.ptr, n, user_data);
-    if ((s = staged_copy(buf, d, PS_H2D, dst->ptr, bytes, stream, caller))) return s;
+    if (s || (s = enter(buf, caller))) return s;
+    if ((s = ps_driver_get(&d)) || (s = pin(buf, d, bytes, dst->elem_align, &p, caller))) return leave(buf, s);
+    fill(pinned_ptr(buf, &p), n, user_data);
+    s = staged_copy(buf, d, &p, PS_H2D, dst->ptr, bytes, stream, caller);
+    unpin(buf, d, &p, !s, caller);
+    if (s) return leave(buf, s);
     buf->stats.staged_transfers++;
     buf->stats.bytes_uploaded += bytes;
-    return PINSTAGE_SUCCESS;
+    return leave(buf, PINSTAGE_SUCCESS);
 }
 
 pinstage_status pinstage_buffer_download_into(pinstage_buffer *buf, const pinstage_devbuf *src,
@@ -220,14 +342,17 @@ pinstage_status pinstage_buffer_download_into(pinstage_buffer *buf, const pinsta
     const ps_driver *d;
     size_t bytes = 0;
     if (view) *view = NULL;
+    pinning p;
     pinstage_status s = check_transfer(caller, buf, src, "src", view != NULL, "view", n, &bytes);
-    if (s || (s = ps_driver_get(&d))) return s;
-    if ((s = prepare_pinned(buf, d, bytes, src->elem_align, caller))) return s;
-    if ((s = staged_copy(buf, d, PS_D2H, src->ptr, bytes, stream, caller))) return s;
+    if (s || (s = enter(buf, caller))) return s;
+    if ((s = ps_driver_get(&d)) || (s = pin(buf, d, bytes, src->elem_align, &p, caller))) return leave(buf, s);
+    s = staged_copy(buf, d, &p, PS_D2H, src->ptr, bytes, stream, caller);
+    unpin(buf, d, &p, !s, caller);
+    if (s) return leave(buf, s);
     buf->stats.staged_transfers++;
     buf->stats.bytes_downloaded += bytes;
     *view = buf->pinned.ptr;
-    return PINSTAGE_SUCCESS;
+    return leave(buf, PINSTAGE_SUCCESS);
 }
 
 /* ---- upload / download of any host memory ------------------------------------------ */
@@ -243,12 +368,13 @@ typedef struct {
     const char *caller;
 } transfer;
 
-/* Already page-locked host memory: one DMA straight from / into it. Returns
- * CUDA_ERROR_INVALID_VALUE untouched when the driver refuses the range at
- * enqueue, so the caller can stage it instead. */
-static pinstage_status pinned_host_copy(const transfer *t) {
+/* Already page-locked host memory: one DMA straight from / into it.
+ * *refused: the driver refused the range at enqueue (INVALID_VALUE), so the
+ * caller can stage it instead. */
+static pinstage_status pinned_host_copy(const transfer *t, int *refused) {
     pinstage_status s = t->dir == PS_H2D ? ps_enqueue_h2d(t->d, t->dev, t->host, t->bytes, t->stream, t->caller)
                                          : ps_enqueue_d2h(t->d, t->host, t->dev, t->bytes, t->stream, t->caller);
+    *refused = s == PINSTAGE_ERROR_INVALID_VALUE;
     if (s) return s;
     /* On failure the caller's memory may still be in a DMA: wait for it. */
     if ((s = ps_record_and_wait(t->d, t->buf->events[0], t->stream, t->bytes, t->caller)))
@@ -256,25 +382,30 @@ static pinstage_status pinned_host_copy(const transfer *t) {
     return s;
 }
 
-/* The driver's pageable path. Returns CUDA_ERROR_INVALID_VALUE untouched
- * when the driver refuses the host range (partly page-locked inside). */
-static pinstage_status pageable_copy(const transfer *t) {
+/* The driver's pageable path; *refused as for pinned_host_copy (a range
+ * partly page-locked inside). */
+static pinstage_status pageable_copy(const transfer *t, int *refused) {
     return t->dir == PS_H2D
-               ? ps_copy_h2d_pageable(t->d, t->dev, t->host, t->bytes, t->stream, t->buf->events[0], t->caller)
-               : ps_copy_d2h_pageable(t->d, t->host, t->dev, t->bytes, t->stream, t->buf->events[0], t->caller);
+               ? ps_copy_h2d_pageable(t->d, t->dev, t->host, t->bytes, t->stream, t->buf->events[0], refused, t->caller)
+               : ps_copy_d2h_pageable(t->d, t->host, t->dev, t->bytes, t->stream, t->buf->events[0], refused, t->caller);
 }
 
-static pinstage_status engine_copy(const transfer *t, const ps_plan *plan) {
+/* Staged by one copy or the engine. Sets *unpinnable when the failure was
+ * getting pinned memory at all (the caller may then fall back). */
+static pinstage_status engine_copy(const transfer *t, const ps_plan *plan, int *unpinnable) {
     pinstage_buffer *buf = t->buf;
-    pinstage_status s = prepare_pinned(buf, t->d, ps_engine_footprint(t->bytes, plan), 1, t->caller);
+    pinning p;
+    pinstage_status s = pin(buf, t->d, ps_engine_footprint(t->bytes, plan), 1, &p, t->caller);
+    *unpinnable = s == PINSTAGE_ERROR_OUT_OF_MEMORY;
     if (s) return s;
-    ps_stage stage = {buf->pinned.ptr, buf->events};
+    ps_stage stage = {pinned_ptr(buf, &p), buf->events};
     int in_flight = 0;
     s = t->dir == PS_H2D ? ps_engine_h2d(t->d, ps_pool_default(), &stage, t->dev, t->host, t->bytes, t->stream, plan,
                                          &in_flight, t->caller)
                          : ps_engine_d2h(t->d, ps_pool_default(), &stage, t->host, t->dev, t->bytes, t->stream, plan,
                                          &in_flight, t->caller);
-    if (s && in_flight) retire_pinned(buf, t->d);
+    if (s && in_flight) retire_pinned(buf, t->d, &p, t->caller);
+    unpin(buf, t->d, &p, !s, t->caller);
     return s;
 }
 
@@ -284,9 +415,10 @@ static pinstage_status move(transfer *t) {
     if (s) return s;
     const pinstage_profile *profile = buf->profile ? buf->profile : ps_profile_default();
     ps_host_kind kind = ps_host_kind_of(t->d, t->host, t->bytes);
+    int refused = 0;
     if (kind == PS_HOST_PINNED) {
-        s = pinned_host_copy(t);
-        if (s != PINSTAGE_ERROR_INVALID_VALUE) {
+        s = pinned_host_copy(t, &refused);
+        if (!refused) {
             if (!s) buf->stats.pinned_host_transfers++;
             return s;
         }
@@ -294,15 +426,25 @@ static pinstage_status move(transfer *t) {
     }
     ps_plan plan = ps_choose_plan(profile, t->dir, t->bytes, buf->auto_stage_max_bytes);
     if (plan.route == PINSTAGE_ROUTE_PAGEABLE && kind == PS_HOST_PAGEABLE) {
-        s = pageable_copy(t);
-        if (s != PINSTAGE_ERROR_INVALID_VALUE) {
+        s = pageable_copy(t, &refused);
+        if (!refused) {
             if (!s) buf->stats.pageable_transfers++;
             return s;
         }
     }
     /* Staged: by choice, or because the driver does not take the range. */
+    int tried_pageable = plan.route == PINSTAGE_ROUTE_PAGEABLE && kind == PS_HOST_PAGEABLE;
     if (plan.route == PINSTAGE_ROUTE_PAGEABLE) plan = ps_choose_plan(profile, t->dir, t->bytes, SIZE_MAX);
-    if ((s = engine_copy(t, &plan))) return s;
+    int unpinnable = 0;
+    if ((s = engine_copy(t, &plan, &unpinnable))) {
+        /* No pinned memory to be had (a limit, a container's locked-memory
+         * cap): the driver's pageable path still works, unless told not to. */
+        if (!unpinnable || buf->strict || tried_pageable || kind != PS_HOST_PAGEABLE) return s;
+        if ((s = pageable_copy(t, &refused))) return s;
+        buf->stats.pageable_transfers++;
+        buf->stats.pinned_fallbacks++;
+        return PINSTAGE_SUCCESS;
+    }
     buf->stats.staged_transfers++;
     buf->stats.engine_transfers += plan.route == PINSTAGE_ROUTE_ENGINE;
     return PINSTAGE_SUCCESS;
@@ -314,11 +456,12 @@ pinstage_status pinstage_buffer_upload(pinstage_buffer *buf, pinstage_devbuf *ds
     size_t bytes = 0;
     pinstage_status s = check_transfer(caller, buf, dst, "dst", src != NULL, "src", n, &bytes);
     transfer t = {buf, NULL, PS_H2D, 0, (unsigned char *)src, bytes, stream, caller};
-    if (s || (s = ps_driver_get(&t.d))) return s;
+    if (s || (s = enter(buf, caller))) return s;
+    if ((s = ps_driver_get(&t.d))) return leave(buf, s);
     t.dev = dst->ptr;
-    if ((s = move(&t))) return s;
+    if ((s = move(&t))) return leave(buf, s);
     buf->stats.bytes_uploaded += bytes;
-    return PINSTAGE_SUCCESS;
+    return leave(buf, PINSTAGE_SUCCESS);
 }
 
 pinstage_status pinstage_buffer_download(pinstage_buffer *buf, void *dst, size_t n,
@@ -327,9 +470,10 @@ pinstage_status pinstage_buffer_download(pinstage_buffer *buf, void *dst, size_t
     size_t bytes = 0;
     pinstage_status s = check_transfer(caller, buf, src, "src", dst != NULL, "dst", n, &bytes);
     transfer t = {buf, NULL, PS_D2H, 0, dst, bytes, stream, caller};
-    if (s || (s = ps_driver_get(&t.d))) return s;
+    if (s || (s = enter(buf, caller))) return s;
+    if ((s = ps_driver_get(&t.d))) return leave(buf, s);
     t.dev = src->ptr;
-    if ((s = move(&t))) return s;
+    if ((s = move(&t))) return leave(buf, s);
     buf->stats.bytes_downloaded += bytes;
-    return PINSTAGE_SUCCESS;
+    return leave(buf, PINSTAGE_SUCCESS);
 }

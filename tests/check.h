@@ -89,9 +89,11 @@ typedef struct test_emu {
     void (*clear_faults)(void);
     unsigned long (*calls)(const char *);
     void (*reset_calls)(void);
+    size_t (*trace)(const char **, size_t);
     void (*get_live)(pinstage_emu_live *);
     void (*set_timing)(double, double);
     void (*set_pinned_alignment)(size_t);
+    void (*set_inline)(int);
 } test_emu;
 
 static test_emu emu_api;
@@ -136,9 +138,11 @@ static inline void test_setup(void) {
         *(void **)&emu_api.clear_faults = dlsym(h, "pinstage_emu_clear_faults");
         *(void **)&emu_api.calls = dlsym(h, "pinstage_emu_calls");
         *(void **)&emu_api.reset_calls = dlsym(h, "pinstage_emu_reset_calls");
+        *(void **)&emu_api.trace = dlsym(h, "pinstage_emu_trace");
         *(void **)&emu_api.get_live = dlsym(h, "pinstage_emu_get_live");
         *(void **)&emu_api.set_timing = dlsym(h, "pinstage_emu_set_timing");
         *(void **)&emu_api.set_pinned_alignment = dlsym(h, "pinstage_emu_set_pinned_alignment");
+        *(void **)&emu_api.set_inline = dlsym(h, "pinstage_emu_set_inline");
         emu = &emu_api;
     }
     REQUIRE_OK(pinstage_context_init(0));

@@ -5,11 +5,15 @@
  *   (none)         PINSTAGE_DRIVER names a working driver
  *   no-driver      PINSTAGE_DRIVER names a library that does not exist
  *   no-device      the emulated driver with no devices: cuInit fails
- *   missing-entry  the emulated driver failing one cuGetProcAddress lookup */
+ *   missing-entry  the emulated driver failing one cuGetProcAddress lookup: not found
+ *   failed-lookup  the same lookup failing with out-of-memory
+ *   failed-version the emulated driver failing cuDriverGetVersion once */
 #include "check.h"
 
 static void a_bad_path_fails_then_a_good_one_loads(void) {
     const char *env = getenv("PINSTAGE_DRIVER");
+    CHECK_STATUS(pinstage_driver_load("libm.so.6"), PINSTAGE_ERROR_DRIVER_SYMBOL_NOT_FOUND);
+    CHECK_MESSAGE("'libm.so.6' (given to pinstage_driver_load) is not a CUDA driver library");
     CHECK_STATUS(pinstage_driver_load("/nonexistent/libcuda-missing.so"), PINSTAGE_ERROR_DRIVER_NOT_LOADED);
     CHECK_MESSAGE("/nonexistent/libcuda-missing.so");
     CHECK_MESSAGE("given to pinstage_driver_load");
@@ -21,6 +25,13 @@ static void a_bad_path_fails_then_a_good_one_loads(void) {
     if (env) CHECK(strcmp(info.path, env) == 0);
     CHECK(info.driver_version >= 11030);
     CHECK_STATUS(pinstage_driver_load(info.path), PINSTAGE_SUCCESS); /* the same one again */
+    /* ... by another spelling of its path. */
+    char other[4200];
+    const char *slash = strrchr(info.path, '/');
+    if (slash) {
+        snprintf(other, sizeof other, "%.*s/./%s", (int)(slash - info.path), info.path, slash + 1);
+        CHECK_STATUS(pinstage_driver_load(other), PINSTAGE_SUCCESS);
+    }
     CHECK_STATUS(pinstage_driver_load("/some/other/libcuda.so"), PINSTAGE_ERROR_NOT_PERMITTED);
     CHECK_MESSAGE("is already loaded");
     void *fn = NULL;
@@ -78,6 +89,35 @@ static void no_device_fails_at_init(void) {
     CHECK_STATUS(pinstage_context_init(0), 100);
 }
 
+/* A failing lookup is the driver's error, not a missing symbol; the next
+ * load, whose lookups succeed, works. */
+static void a_failed_lookup_is_reported_as_such(void) {
+    CHECK_STATUS(pinstage_driver_load(NULL), PINSTAGE_ERROR_OUT_OF_MEMORY);
+    CHECK_MESSAGE("cuGetProcAddress failed for cuDeviceGetName: CUDA_ERROR_OUT_OF_MEMORY");
+    /* The failed load unloaded the library; loaded again it reads the
+     * environment again, now without the fault. */
+    unsetenv("PINSTAGE_EMU_FAIL");
+    CHECK_OK(pinstage_driver_load(NULL));
+    void *fn;
+    test_setup();
+    if (emu) {
+        emu->fail("cuGetProcAddress", 1, 2, 0);
+        CHECK_STATUS(pinstage_driver_get_proc("cuMemsetD8Async", 3020, &fn), PINSTAGE_ERROR_OUT_OF_MEMORY);
+        CHECK_MESSAGE("pinstage_driver_get_proc: cuGetProcAddress failed");
+    }
+    CHECK_STATUS(pinstage_driver_get_proc("cuNoSuchCall", 3020, &fn), 500);
+    CHECK_MESSAGE("cuGetProcAddress found no cuNoSuchCall");
+}
+
+static void a_failed_version_query_fails_the_load(void) {
+    CHECK_STATUS(pinstage_driver_load(NULL), 999);
+    CHECK_MESSAGE("cuDriverGetVersion failed");
+    unsetenv("PINSTAGE_EMU_FAIL");
+    pinstage_driver_info info;
+    CHECK_OK(pinstage_driver_get_info(&info)); /* a retry loads */
+    CHECK(info.driver_version >= 11030);
+}
+
 static void a_missing_entry_point_is_named(void) {
     CHECK_STATUS(pinstage_driver_load(NULL), PINSTAGE_ERROR_DRIVER_SYMBOL_NOT_FOUND);
     CHECK_MESSAGE("does not provide cuDeviceGetName at ABI version 2000");
@@ -94,6 +134,10 @@ int main(int argc, char **argv) {
         RUN(no_device_fails_at_init);
     else if (!strcmp(mode, "missing-entry"))
         RUN(a_missing_entry_point_is_named);
+    else if (!strcmp(mode, "failed-lookup"))
+        RUN(a_failed_lookup_is_reported_as_such);
+    else if (!strcmp(mode, "failed-version"))
+        RUN(a_failed_version_query_fails_the_load);
     else
         RUN(a_bad_path_fails_then_a_good_one_loads);
     return test_finish();

@@ -253,6 +253,66 @@ static void faults_and_counts(void) {
     CHECK_NO_LEAK(a);
 }
 
+/* Virtual memory of this process, in KiB (0 if unknown). */
+static long vm_size_kib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmSize: %ld", &kib) == 1) break;
+    if (f) fclose(f);
+    return kib;
+}
+
+/* A destroyed stream's worker is joined. An unjoined thread keeps its stack
+ * mapped (8 MiB here): after 2000 cycles that is 16 GiB of address space,
+ * and near 32,700 cycles cuStreamCreate fails. */
+static void streams_can_be_created_and_destroyed_without_end(void) {
+    long before = vm_size_kib();
+    for (int i = 0; i < 2000; i++) {
+        CUstream s;
+        pinstage_status r = pinstage_stream_create(&s, i % 2 ? PINSTAGE_STREAM_NON_BLOCKING : 0);
+        if (r) {
+            fprintf(stderr, "  cycle %d: %s\n", i, pinstage_last_error_message());
+            CHECK_OK(r);
+            return;
+        }
+        CHECK_OK(pinstage_stream_destroy(s));
+    }
+    CHECK_EQ(live_now().streams, 2); /* nb and blk */
+    /* Half a stack per cycle at most: sanitizer runtimes keep some memory
+     * per thread they have seen, an unjoined thread keeps its whole stack. */
+    long grown = vm_size_kib() - before;
+    if (grown > 2000L * 4096) fprintf(stderr, "  address space grew by %ld KiB\n", grown);
+    CHECK(grown <= 2000L * 4096);
+}
+
+/* The last release of the primary context takes its memory with it: using
+ * it afterwards fails as on a real driver, instead of passing. Run last: it
+ * frees what the other tests allocated. */
+static void a_destroyed_context_takes_its_memory(void) {
+    void *p;
+    CUdeviceptr d;
+    REQUIRE_OK((pinstage_status)drv.alloc_host(&p, 4096));
+    REQUIRE_OK((pinstage_status)mem_alloc(&d, 4096));
+    pinstage_emu_live before = live_now();
+    CHECK(before.pinned_allocations >= 1 && before.device_allocations >= 1);
+    /* test_setup's retain and one more: release both. */
+    REQUIRE_OK(pinstage_context_init(0));
+    CHECK_OK(pinstage_context_release(0));
+    CHECK(live_now().device_allocations == before.device_allocations); /* still retained */
+    CHECK_OK(pinstage_context_release(0));
+    pinstage_emu_live after = live_now();
+    CHECK_EQ(after.pinned_allocations, 0);
+    CHECK_EQ(after.pinned_bytes, 0);
+    CHECK_EQ(after.device_allocations, 0);
+    REQUIRE_OK(pinstage_context_init(0));
+    CHECK_EQ(drv.free_host(p), CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ(mem_free(d), CUDA_ERROR_INVALID_VALUE);
+    char host[16];
+    CHECK_EQ(drv.dtoh_sync(host, d, sizeof host), CUDA_ERROR_INVALID_VALUE);
+}
+
 int main(void) {
     test_setup();
     if (!emu) {
@@ -283,10 +343,12 @@ int main(void) {
     RUN(dereferencing_a_device_pointer_crashes);
     RUN(arguments_are_checked_as_the_driver_does);
     RUN(faults_and_counts);
+    RUN(streams_can_be_created_and_destroyed_without_end);
 
     drv.free_host(pinned);
     mem_free(dev);
     pinstage_stream_destroy(nb);
     pinstage_stream_destroy(blk);
+    RUN(a_destroyed_context_takes_its_memory);
     return test_finish();
 }
