@@ -112,7 +112,7 @@ uint64_t emu_enqueue(emu_stream *stream, emu_op *op) {
         free(op->staging);
         free(op->more_deps);
         free(op);
-        pthread_cond_broadcast(&emu.changed);
+        /* No broadcast: nobody can be waiting for an op that did not exist. */
         return stream->completed;
     }
     if (stream->tail)
@@ -479,7 +479,16 @@ CUresult emu_cuEventDestroy(CUevent event) {
     pthread_mutex_lock(&emu.lock);
     CUresult r = emu_need_context();
     if (!r) r = resolve_event(event, &e);
-    if (!r) e->destroyed = 1;
+    if (!r) {
+        /* Unlinked and freed: no queued op refers to an event (they wait on
+         * streams), and a long run's lookups stay short. */
+        for (emu_event **at = &emu.events; *at; at = &(*at)->next_all)
+            if (*at == e) {
+                *at = e->next_all;
+                break;
+            }
+        free(e);
+    }
     pthread_mutex_unlock(&emu.lock);
     return r;
 }
