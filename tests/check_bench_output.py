@@ -143,6 +143,18 @@ def main():
         for bad in (["--fill", "x"], ["--frames", "0"], ["--ring-slots", "65"]):
             r = run(bench, env, *common, "--pipeline", *bad)
             check(r.returncode == 2, f"{bad} is refused (exit {r.returncode})")
+        # --soak: verified transfers on threads, every figure in the JSON.
+        r = run(bench, fast, "--emulate", "--driver", emu, "--soak", "300", "--soak-threads", "3", "--format", "json")
+        check(r.returncode == 0, f"--soak exit {r.returncode}: {r.stderr}")
+        doc = json.loads(r.stdout) if r.returncode == 0 else {}
+        check(doc.get("schema") == "pinstage-bench-soak/1", "soak schema name")
+        check(doc.get("transfers") == 300 and doc.get("threads") == 3, "soak transfers and threads")
+        check(doc.get("errors") == 0 and doc.get("mismatches") == 0, "soak: no errors, no mismatches")
+        check(doc.get("pinned_bytes_after_free") == 0, "soak: every pinned byte released at the end")
+        check(doc.get("rss_kib_at_end", 0) > 0 and doc.get("bytes", 0) > 0, "soak: RSS and bytes reported")
+        for bad in (["--soak", "1"], ["--soak", "x"], ["--soak-threads", "0"]):
+            r = run(bench, env, *common, *bad)
+            check(r.returncode == 2, f"{bad} is refused (exit {r.returncode})")
     print(f"{len(failures)} failed" if failures else "bench output ok")
     return 1 if failures else 0
 

@@ -110,4 +110,8 @@ typedef struct pipeline_options {
 } pipeline_options;
 int bench_pipeline(const pipeline_options *o, const bench_context *ctx, FILE *text, FILE *json);
 
+/* --soak N: N verified transfers on `threads` threads (bench_soak.c). */
+int bench_soak(unsigned long transfers, unsigned threads, int device, const bench_context *ctx, FILE *text,
+               FILE *json);
+
 #endif
