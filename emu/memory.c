@@ -192,7 +192,9 @@ CUresult emu_cuMemHostAlloc(void **pp, size_t bytes, unsigned int flags) {
 CUresult emu_cuMemFreeHost(void *p) {
     EMU_ENTER(cuMemFreeHost);
     pthread_mutex_lock(&emu.lock);
-    CUresult r = emu_need_context();
+    /* No current context needed: the H200's driver frees pinned memory from
+     * a thread that has none. */
+    CUresult r = emu.initialized ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
     long i = r ? -1 : regions_find(&emu.pinned, (uintptr_t)p, 0);
     if (!r && (i < 0 || emu.pinned.items[i].registered || emu.pinned.items[i].start != (uintptr_t)p))
         r = CUDA_ERROR_INVALID_VALUE;
