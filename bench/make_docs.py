@@ -6,7 +6,8 @@ usage: make_docs.py RESULTS_DIR OUT.md
 
 RESULTS_DIR holds what gpu-check --full wrote: seed.json, sweep.json,
 peers.json, peers_sweep.json, blocking.json, hostalloc_*.json, profile.txt,
-calibrate.txt, and pipeline.json when there is one (any gpu-check run writes it).
+calibrate.txt, and pipeline.json and soak.json when there are (any gpu-check run
+writes them).
 
 The figures and commands all come from the JSON files' context objects;
 nothing here is typed in by hand.
@@ -131,7 +132,7 @@ def pipeline_section(pl, add):
     c = pl["call_return"]
     add(f"upload_with_async of {human(c['bytes'])} with a fill that writes nothing returned in "
         f"{c['upload_with_async_us']:.2f} µs, against {c['upload_with_us']:.2f} µs for upload_with with the same fill")
-    add(f"({100 * c['ratio']:.1f}%; medians of {c['reps']} calls, alternating, a slot free before each).\n")
+    add(f"({100 * c['ratio']:.1f}%; medians of {c['reps']} calls, alternating, the stream idle before each).\n")
     by = {r["fill_multiple"]: r for r in pl["pipelines"]}
     add("| target | wanted | measured |")
     add("|---|---|---|")
@@ -140,6 +141,22 @@ def pipeline_section(pl, add):
     if 0 in by:
         add(f"| ring / sync, nothing to fill | at least 0.97x | {by[0]['ratio']:.2f}x |")
     add(f"| upload_with_async return / upload_with | under 25% | {100 * c['ratio']:.1f}% |")
+    add("")
+
+
+def soak_section(sk, add):
+    ctx = sk["context"]
+    add("## Soak\n")
+    add(f"Command: `{command(ctx)}` (a run of `scripts/gpu-check`, {ctx['date']}, {ctx['device']}).\n")
+    add(f"{sk['transfers']:,} transfers ({sk['round_trips']:,} round trips, each compared byte for byte) of mixed")
+    add("shapes (4 KiB to 4.7 MiB, mostly frame-sized), through upload / download, upload_with /")
+    add(f"download_into and the ring, on {sk['threads']} threads, each with its own buffer, ring and stream:\n")
+    add("| transfers | bytes moved | seconds | errors | mismatches | RSS at 10% | RSS at the end | "
+        "pinned at 10% | pinned at the end | pinned after freeing |")
+    add("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    add(f"| {sk['transfers']:,} | {sk['bytes']:,} | {sk['seconds']:.1f} | {sk['errors']} | {sk['mismatches']} | "
+        f"{sk['rss_kib_at_10_percent']:,} KiB | {sk['rss_kib_at_end']:,} KiB | {sk['pinned_bytes_at_10_percent']:,} | "
+        f"{sk['pinned_bytes_at_end']:,} | {sk['pinned_bytes_after_free']:,} |")
     add("")
 
 
@@ -157,7 +174,7 @@ def main():
     add = lines.append
     add("# Benchmarks\n")
     add("Every figure on this page was produced by one run of `scripts/gpu-check --full` on the lent GPU")
-    add("machine, except the frame pipeline's section, which names its own run; regenerate it with that")
+    add("machine, except the frame pipeline's and the soak's sections, which name their own run; regenerate it with that")
     add("command. The JSON behind every table is in docs/benchmarks/.")
     add("Each cell is the median wall-clock time of one whole synchronous call. Each path runs in blocks of")
     add("consecutive calls, as a pipeline calls it, and the blocks of all paths of one size and direction")
@@ -272,6 +289,8 @@ def main():
         add("")
     if os.path.exists(f("pipeline.json")):
         pipeline_section(load(f("pipeline.json")), add)
+    if os.path.exists(f("soak.json")):
+        soak_section(load(f("soak.json")), add)
     add("## Schema of the JSON output\n")
     add("`pinstage-bench --format json` and `bench/peers.py` write one object:")
     add("`schema` (\"pinstage-bench/1\"), `context` (tool, library_version, date, device, compute_capability,")

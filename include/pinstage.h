@@ -203,7 +203,9 @@ typedef int pinstage_status;
 #define PINSTAGE_ERROR_DRIVER_SYMBOL_NOT_FOUND 302
 /* CUDA_ERROR_SHARED_OBJECT_INIT_FAILED: no driver library could be loaded. */
 #define PINSTAGE_ERROR_DRIVER_NOT_LOADED 303
-/* CUDA_ERROR_NOT_PERMITTED: pinstage_driver_load() after another driver was loaded. */
+/* CUDA_ERROR_NOT_PERMITTED: pinstage_driver_load() after another driver was
+ * loaded; a call on a buffer or ring from inside its own fill callback; a
+ * ring whose every slot holds an uncollected download. */
 #define PINSTAGE_ERROR_NOT_PERMITTED 800
 /* ...and any CUresult a driver call returned, passed through unchanged. */
 
