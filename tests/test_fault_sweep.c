@@ -23,6 +23,7 @@
  * makes the same calls; the ordering of copies in flight after a failure is
  * tested with slow DMAs in test_engine and test_ring. */
 #include <time.h>
+#include <unistd.h>
 
 #include "check.h"
 
@@ -63,6 +64,7 @@ typedef enum {
     DEVICE_INFO,
     DRIVER_GET_PROC,
     PROFILE_CALIBRATE,
+    PROFILE_LOAD,
 } op_kind;
 
 typedef struct {
@@ -125,7 +127,11 @@ static const sweep_op ops[] = {
     {"device_get_info", DEVICE_INFO, 0, 0, PROFILE},
     {"driver_get_proc", DRIVER_GET_PROC, 0, 0, PROFILE},
     {"profile_calibrate", PROFILE_CALIBRATE, 0, 0, PROFILE},
+    {"profile_load (a measured profile: checked against this machine)", PROFILE_LOAD, 0, 0, PROFILE},
 };
+
+/* A measured profile file, made once, for profile_load. */
+static char measured_profile[64];
 
 /* The error classes each recorded call is failed with. */
 typedef struct {
@@ -283,6 +289,11 @@ static pinstage_status run(fixture *f) {
         if (!(s = pinstage_profile_calibrate(&p, 0))) pinstage_profile_free(p);
         return s;
     }
+    case PROFILE_LOAD: {
+        pinstage_profile *p = NULL;
+        if (!(s = pinstage_profile_load(&p, measured_profile))) pinstage_profile_free(p);
+        return s;
+    }
     }
     return s;
 }
@@ -329,6 +340,7 @@ static void check_next_call(fixture *f, pinstage_status failed) {
         case DEVICE_COUNT:
         case DEVICE_INFO:
         case DRIVER_GET_PROC:
+        case PROFILE_LOAD:
         case CONTEXT_INIT:
             CHECK_OK(run(f));
             break;
@@ -575,6 +587,14 @@ int main(int argc, char **argv) {
         printf("skipped: fault injection needs the emulated driver\n");
         return TEST_SKIPPED;
     }
+    if (!sweep_calibration) {
+        pinstage_profile *p;
+        snprintf(measured_profile, sizeof measured_profile, "/tmp/pinstage-sweep-%d.profile", (int)getpid());
+        REQUIRE_OK(pinstage_profile_calibrate(&p, 0));
+        REQUIRE_OK(pinstage_profile_save(p, measured_profile));
+        pinstage_profile_free(p);
+    }
     RUN(every_driver_call_of_every_operation_fails_cleanly);
+    if (*measured_profile) remove(measured_profile);
     return test_finish();
 }
