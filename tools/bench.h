@@ -91,6 +91,10 @@ void bench_report(FILE *out, bench_format format, const bench_context *ctx,
 
 const char *bench_direction_name(bench_direction d);
 
+/* The monotonic clock in microseconds, and a qsort order for doubles. */
+double bench_now_us(void);
+int bench_compare_double(const void *a, const void *b);
+
 /* Pieces of the reports the pipeline mode shares. */
 void bench_json_string(FILE *out, const char *s);
 /* The "context" member of a JSON report, `method` saying how it measured. */

@@ -108,13 +108,13 @@ static int parse_seconds(const char *s, double *out) {
     return errno || end == s || *end || *out < 0 ? -1 : 0;
 }
 
-static double now_us(void) {
+double bench_now_us(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 }
 
-static int compare_double(const void *a, const void *b) {
+int bench_compare_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
@@ -283,12 +283,12 @@ static int measure_cell(bench_cell *c, const bench_path **paths, size_t npaths, 
     /* Warm-up, path by path; it also tells how long a round of all paths takes. */
     double round_us = 0;
     for (size_t p = 0; p < npaths && !rc; p++) {
-        double start = now_us();
+        double start = bench_now_us();
         for (size_t w = 0; w < o->warmup && !rc; w++) {
             pinstage_status s = paths[p]->run(c, state[p]);
             if (s) rc = driver_fail(paths[p]->name, s);
         }
-        if (o->warmup) round_us += (now_us() - start) / (double)o->warmup;
+        if (o->warmup) round_us += (bench_now_us() - start) / (double)o->warmup;
     }
     size_t reps = o->reps;
     if (round_us > 0 && o->budget_s > 0) {
@@ -307,16 +307,16 @@ static int measure_cell(bench_cell *c, const bench_path **paths, size_t npaths, 
         for (size_t p = 0; p < npaths && !rc; p++) {
             size_t block = reps / PASSES + (pass < reps % PASSES);
             for (size_t k = 0; k < BLOCK_WARMUP + block && !rc; k++) {
-                double start = now_us();
+                double start = bench_now_us();
                 pinstage_status s = paths[p]->run(c, state[p]);
-                double elapsed = now_us() - start;
+                double elapsed = bench_now_us() - start;
                 if (s) rc = driver_fail(paths[p]->name, s);
                 if (k >= BLOCK_WARMUP) samples[p][taken[p]++] = elapsed;
             }
         }
     for (size_t p = 0; p < npaths; p++) {
         if (!rc) {
-            qsort(samples[p], reps, sizeof(double), compare_double);
+            qsort(samples[p], reps, sizeof(double), bench_compare_double);
             bench_result *res = &out[p];
             res->direction = c->direction;
             res->bytes = c->bytes;
@@ -567,9 +567,9 @@ int main(int argc, char **argv) {
     if (pool_threads >= 0 && (s = pinstage_pool_set_threads((unsigned)pool_threads))) return driver_fail("--pool-threads", s);
     if (calibrate_path) {
         pinstage_profile *measured;
-        double start = now_us();
+        double start = bench_now_us();
         if ((s = pinstage_profile_calibrate(&measured, thorough))) return driver_fail("calibration", s);
-        double seconds = (now_us() - start) / 1e6;
+        double seconds = (bench_now_us() - start) / 1e6;
         size_t len = pinstage_profile_describe(measured, NULL, 0);
         char *text = malloc(len + 1);
         if (text) {

@@ -24,19 +24,8 @@
 
 typedef int (*dtod_async_fn)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
 
-static double now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static int compare_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static double median(double *v, size_t n) {
-    qsort(v, n, sizeof *v, compare_double);
+    qsort(v, n, sizeof *v, bench_compare_double);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
@@ -48,9 +37,9 @@ typedef struct {
 /* The CPU's work on a frame: busy for fill_us, stamps across the frame. */
 static void fill_frame(float *dst, size_t n, void *user) {
     const frame_fill *f = user;
-    double until = now_us() + f->fill_us;
+    double until = bench_now_us() + f->fill_us;
     for (size_t i = 0; i < n; i += STAMP_EVERY) dst[i] = (float)f->frame;
-    while (now_us() < until) {
+    while (bench_now_us() < until) {
     }
 }
 
@@ -83,7 +72,7 @@ static pinstage_status model(pipeline *p) {
 /* Runs `frames` frames one at a time; *us gets each frame's time if given. */
 static pinstage_status run_sync(pipeline *p, unsigned frames, double fill_us, double *us) {
     for (unsigned k = 0; k < frames; k++) {
-        double start = now_us();
+        double start = bench_now_us();
         frame_fill f = {p->next_frame++, fill_us};
         const float *view;
         pinstage_status s = pinstage_buffer_upload_with_f32(p->buffer, p->input, FRAME_ELEMS, p->stream, fill_frame, &f);
@@ -94,7 +83,7 @@ static pinstage_status run_sync(pipeline *p, unsigned frames, double fill_us, do
             p->failed = "the synchronous pipeline read a wrong frame";
             return PINSTAGE_ERROR_INVALID_VALUE;
         }
-        if (us) us[k] = now_us() - start;
+        if (us) us[k] = bench_now_us() - start;
     }
     return PINSTAGE_SUCCESS;
 }
@@ -144,10 +133,10 @@ static pinstage_status measure_fill(pipeline *p, const pipeline_options *o, pipe
     for (unsigned round = 0; round < o->rounds; round++) {
         for (int which = 0; which < 2; which++) {
             int ring_now = (round % 2) ^ which; /* alternate which goes first */
-            double start = now_us();
+            double start = bench_now_us();
             s = ring_now ? run_ring(p, o->frames, r->fill_us) : run_sync(p, o->frames, r->fill_us, NULL);
             if (s) return s;
-            double fps = o->frames / ((now_us() - start) / 1e6);
+            double fps = o->frames / ((bench_now_us() - start) / 1e6);
             if (ring_now) r->ring_fps[round] = ring[round] = fps;
             else r->sync_fps[round] = sync[round] = fps;
         }
@@ -168,13 +157,13 @@ static pinstage_status measure_return(pipeline *p, unsigned reps, double *async_
     pinstage_status s = a && b ? PINSTAGE_SUCCESS : PINSTAGE_ERROR_OUT_OF_MEMORY;
     for (unsigned i = 0; i < reps && !s; i++) {
         if ((s = pinstage_ring_synchronize(p->ring))) break;
-        double start = now_us();
+        double start = bench_now_us();
         s = pinstage_ring_upload_with_async_f32(p->ring, p->input, FRAME_ELEMS, p->stream, no_fill, NULL);
-        a[i] = now_us() - start;
+        a[i] = bench_now_us() - start;
         if (s || (s = pinstage_ring_synchronize(p->ring))) break; /* the stream idle for both */
-        start = now_us();
+        start = bench_now_us();
         s = pinstage_buffer_upload_with_f32(p->buffer, p->input, FRAME_ELEMS, p->stream, no_fill, NULL);
-        b[i] = now_us() - start;
+        b[i] = bench_now_us() - start;
     }
     if (!s) s = pinstage_ring_synchronize(p->ring);
     if (!s) {
