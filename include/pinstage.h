@@ -537,9 +537,10 @@ PINSTAGE_API pinstage_status pinstage_buffer_download(pinstage_buffer *buf, void
  *    when that copy ran on another stream): a download never waits on the
  *    host for a slot.
  *
- * Which slot: a free slot, least recently used first; failing that, the
- * slot of the oldest download whose view was collected (its view ends
- * there). The slot of a download whose ticket is neither collected nor
+ * Which slot: a free slot, least recently used first (for an upload, the
+ * first of them whose copy has landed; for a download, the first large
+ * enough); failing that, the slot of the oldest download whose view was
+ * collected (its view ends there). The slot of a download whose ticket is neither collected nor
  * released is never handed out: when all K are such, calls return
  * PINSTAGE_ERROR_NOT_PERMITTED (collect or release a ticket first).
  *
