@@ -101,6 +101,21 @@ static void new_dev(model *m, int i, size_t bytes) {
     ASSERT(pinstage_devbuf_alloc_u8(&m->d[i].dev, bytes) == PINSTAGE_SUCCESS);
 }
 
+/* After an upload of the pattern `seed`: refused for a bad length, done
+ * unless a fault was armed; the model then holds the pattern, or, after a
+ * failure, does not know (a chunked upload may have landed in part). */
+static void after_upload(model_dev *d, pinstage_status s, int bad, int armed, unsigned seed) {
+    if (bad) ASSERT(s == PINSTAGE_ERROR_INVALID_VALUE);
+    if (!bad && !armed) ASSERT(s == PINSTAGE_SUCCESS);
+    if (!s) {
+        if (!d->expect) d->expect = malloc(d->bytes);
+        pattern(d->expect, d->bytes, seed);
+    } else if (!bad) {
+        free(d->expect);
+        d->expect = NULL;
+    }
+}
+
 /* After a call: counters the model predicts, capacity never above what was
  * asked for at most, a failure only with an armed fault or bad input. */
 static void check_stats(model *m, pinstage_status s, int expected_ok) {
@@ -141,14 +156,7 @@ static void run_ops(model *m, input *in) {
             pattern(m->host, d->bytes, seed);
             s = op == 0 ? pinstage_buffer_upload_u8(m->buf, d->dev, m->host, n, stream)
                         : pinstage_buffer_upload_with(m->buf, d->dev, n, stream, fill_seed, &seed);
-            if (bad) ASSERT(s == PINSTAGE_ERROR_INVALID_VALUE);
-            if (!bad && !armed) ASSERT(s == PINSTAGE_SUCCESS);
-            if (!s) {
-                if (!d->expect) d->expect = malloc(d->bytes);
-                pattern(d->expect, d->bytes, seed);
-            } else if (!bad) {
-                free(d->expect), d->expect = NULL; /* may have landed in part */
-            }
+            after_upload(d, s, bad, armed, seed);
             check_stats(m, s, 1);
             break;
         case 2: /* download */
@@ -200,14 +208,7 @@ static void run_ops(model *m, input *in) {
             const void *view = NULL;
             pattern(m->host, d->bytes, seed);
             s = pinstage_ring_upload_async(m->ring, d->dev, m->host, n, stream);
-            if (bad) ASSERT(s == PINSTAGE_ERROR_INVALID_VALUE);
-            if (!bad && !armed) ASSERT(s == PINSTAGE_SUCCESS);
-            if (!s) {
-                if (!d->expect) d->expect = malloc(d->bytes);
-                pattern(d->expect, d->bytes, seed);
-            } else if (!bad) {
-                free(d->expect), d->expect = NULL;
-            }
+            after_upload(d, s, bad, armed, seed);
             if (bad) break;
             pinstage_status r = pinstage_ring_download_async(m->ring, d->dev, d->bytes, stream, &t);
             if (!armed) ASSERT(r == PINSTAGE_SUCCESS);
