@@ -202,7 +202,7 @@ EMU_EXPORT void pinstage_emu_get_live(pinstage_emu_live *live) {
     live->device_allocations = emu.device.count;
     live->device_bytes = emu.device_bytes;
     for (emu_stream *s = emu.streams; s; s = s->next_all) live->streams += !s->legacy && !s->destroyed;
-    for (emu_event *e = emu.events; e; e = e->next_all) live->events += !e->destroyed;
+    for (emu_event *e = emu.events; e; e = e->next_all) live->events++;
     pthread_mutex_unlock(&emu.lock);
 }
 

@@ -61,7 +61,6 @@ struct emu_stream {
 
 typedef struct emu_event {
     unsigned flags;
-    int destroyed;
     emu_stream *stream; /* NULL until recorded */
     uint64_t seq;
     struct emu_event *next_all;

@@ -409,7 +409,7 @@ CUresult emu_cuLaunchHostFunc(CUstream stream, CUhostFn fn, void *user_data) {
 
 static CUresult resolve_event(CUevent handle, emu_event **event) {
     for (emu_event *e = emu.events; e; e = e->next_all)
-        if ((CUevent)e == handle && !e->destroyed) {
+        if ((CUevent)e == handle) {
             *event = e;
             return CUDA_SUCCESS;
         }

@@ -154,19 +154,30 @@ pinstage_status ps_pinned_release(ps_pinned *pinned, const ps_driver *driver, ui
     return old.ptr ? release_block(driver, old.ptr, old.capacity, elapsed_ns, caller) : PINSTAGE_SUCCESS;
 }
 
+pinstage_status ps_pinned_alloc_beside(ps_pinned *pinned, const ps_driver *driver, ps_pinned *fresh,
+                                       size_t capacity, uint64_t *elapsed_ns, int *release_refused,
+                                       const char *caller) {
+    *release_refused = 0;
+    pinstage_status s = ps_pinned_alloc(fresh, driver, capacity, elapsed_ns, caller);
+    if (s != PINSTAGE_ERROR_OUT_OF_MEMORY || !pinned->ptr) return s;
+    /* Holding both may be what exhausts the pinnable memory. */
+    char why[512];
+    snprintf(why, sizeof why, "%s", pinstage_last_error_message());
+    if (ps_pinned_release(pinned, driver, elapsed_ns, caller)) {
+        *release_refused = 1;
+        return ps_fail(s, "%s", why);
+    }
+    return ps_pinned_alloc(fresh, driver, capacity, elapsed_ns, caller);
+}
+
 pinstage_status ps_pinned_grow(ps_pinned *pinned, const ps_driver *driver, size_t capacity, uint64_t *elapsed_ns,
-                               int *grew, const char *caller) {
+                               int *grew, int *release_refused, const char *caller) {
     ps_pinned fresh = {NULL, 0};
     *grew = 0;
-    pinstage_status s = ps_pinned_alloc(&fresh, driver, capacity, elapsed_ns, caller);
-    if (s == PINSTAGE_ERROR_OUT_OF_MEMORY && pinned->ptr) {
-        /* Holding both may be what exhausts the pinnable memory. */
-        char why[512];
-        snprintf(why, sizeof why, "%s", pinstage_last_error_message());
-        if (ps_pinned_release(pinned, driver, elapsed_ns, caller)) return ps_fail(s, "%s", why);
-        s = ps_pinned_alloc(&fresh, driver, capacity, elapsed_ns, caller);
-    }
+    pinstage_status s = ps_pinned_alloc_beside(pinned, driver, &fresh, capacity, elapsed_ns, release_refused, caller);
     if (s) return s;
     *grew = 1;
-    return ps_pinned_replace(pinned, driver, &fresh, elapsed_ns, caller);
+    s = ps_pinned_replace(pinned, driver, &fresh, elapsed_ns, caller);
+    *release_refused |= s != PINSTAGE_SUCCESS;
+    return s;
 }

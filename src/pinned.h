@@ -40,12 +40,20 @@ pinstage_status ps_pinned_replace(ps_pinned *pinned, const ps_driver *driver, ps
 pinstage_status ps_pinned_release(ps_pinned *pinned, const ps_driver *driver, uint64_t *elapsed_ns,
                                   const char *caller);
 
-/* alloc + replace, for reserve and the ring's slots: the new allocation is
- * made before the old one is released, so a failure keeps the old one; only
- * when the driver is out of memory is the old one released first and the
- * allocation tried once more. *grew says whether the new block is in place:
- * an error with *grew set is a refused release of the old block (orphaned). */
+/* Allocates `capacity` bytes into the empty *fresh while *pinned is held;
+ * only when the driver is out of memory is the held block released first
+ * (holding both may be what exhausts it) and the allocation tried once
+ * more. *release_refused says that release was refused (the block is
+ * orphaned, and the out-of-memory error returned). */
+pinstage_status ps_pinned_alloc_beside(ps_pinned *pinned, const ps_driver *driver, ps_pinned *fresh,
+                                       size_t capacity, uint64_t *elapsed_ns, int *release_refused,
+                                       const char *caller);
+
+/* alloc_beside + replace, for reserve and the ring's slots: a failure keeps
+ * the old block (except as above). *grew says whether the new block is in
+ * place: an error with *grew set is a refused release of the old block
+ * (orphaned). *release_refused counts either refusal. */
 pinstage_status ps_pinned_grow(ps_pinned *pinned, const ps_driver *driver, size_t capacity, uint64_t *elapsed_ns,
-                               int *grew, const char *caller);
+                               int *grew, int *release_refused, const char *caller);
 
 #endif

@@ -236,12 +236,12 @@ static pinstage_status acquire(pinstage_ring *ring, const ps_driver *d, int host
         }
     }
     if (bytes > s->pinned.capacity) {
-        int grew = 0;
-        pinstage_status st = ps_pinned_grow(&s->pinned, d, capacity, &ring->stats.pin_time_ns, &grew, caller);
+        int grew = 0, refused = 0;
+        pinstage_status st = ps_pinned_grow(&s->pinned, d, capacity, &ring->stats.pin_time_ns, &grew, &refused, caller);
         count_pinned(ring);
+        ring->stats.release_failures += refused; /* orphaned blocks */
         if (!grew) return st;
         ring->stats.pinned_allocations++;
-        ring->stats.release_failures += st != PINSTAGE_SUCCESS; /* the old block's, orphaned */
     }
     if ((uintptr_t)s->pinned.ptr % align)
         return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: the slot's pinned memory at %p is not aligned to the element's %zu bytes",
@@ -485,11 +485,11 @@ pinstage_status pinstage_ring_reserve(pinstage_ring *ring, size_t bytes) {
         /* A collected view is lost once its block is replaced. */
         if (s->state == SLOT_TICKET) continue;
         if ((st = slot_wait(ring, d, s, caller))) break;
-        int grew = 0;
-        st = ps_pinned_grow(&s->pinned, d, capacity, &ring->stats.pin_time_ns, &grew, caller);
+        int grew = 0, refused = 0;
+        st = ps_pinned_grow(&s->pinned, d, capacity, &ring->stats.pin_time_ns, &grew, &refused, caller);
+        ring->stats.release_failures += refused;
         if (grew) {
             ring->stats.pinned_allocations++;
-            ring->stats.release_failures += st != PINSTAGE_SUCCESS;
             st = PINSTAGE_SUCCESS;
             if (s->state == SLOT_VIEWED) clear_slot(s);
         }

@@ -155,16 +155,15 @@ pinstage_status pinstage_buffer_reserve(pinstage_buffer *buf, size_t bytes) {
     if (bytes <= buf->pinned.capacity) return leave(buf, PINSTAGE_SUCCESS);
     if (capacity > buf->pinned_limit) return leave(buf, over_buffer_limit(buf, capacity, caller));
     if ((s = ps_driver_get(&d))) return leave(buf, s);
-    int grew = 0;
+    int grew = 0, refused = 0;
     uint64_t ns = 0;
-    s = ps_pinned_grow(&buf->pinned, d, capacity, &ns, &grew, caller);
+    s = ps_pinned_grow(&buf->pinned, d, capacity, &ns, &grew, &refused, caller);
+    buf->stats.release_failures += refused;
     if (grew) {
         buf->stats.pinned_allocations++;
         buf->stats.pin_time_ns += ns;
         if (capacity > buf->stats.peak_capacity) buf->stats.peak_capacity = capacity;
-        /* The old block's release was refused: orphaned, counted, named; reserve did its job. */
-        if (s) buf->stats.release_failures++;
-        s = PINSTAGE_SUCCESS;
+        s = PINSTAGE_SUCCESS; /* a refused release of the old block: orphaned, counted, named */
     }
     return leave(buf, s);
 }
@@ -247,17 +246,9 @@ static pinstage_status pin(pinstage_buffer *buf, const ps_driver *d, size_t byte
         return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: bytes=%zu overflows when rounded up to %zu", caller, bytes,
                        PINSTAGE_CAPACITY_GRANULARITY);
     if (capacity > buf->pinned_limit) return over_buffer_limit(buf, capacity, caller);
-    s = ps_pinned_alloc(&p->fresh, d, capacity, &p->ns, caller);
-    if (s == PINSTAGE_ERROR_OUT_OF_MEMORY && buf->pinned.ptr) {
-        /* Holding both may be what exhausts the pinnable memory. */
-        char why[512];
-        snprintf(why, sizeof why, "%s", pinstage_last_error_message());
-        if (ps_pinned_release(&buf->pinned, d, &p->ns, caller)) {
-            buf->stats.release_failures++;
-            return ps_fail(s, "%s", why);
-        }
-        s = ps_pinned_alloc(&p->fresh, d, capacity, &p->ns, caller);
-    }
+    int refused = 0;
+    s = ps_pinned_alloc_beside(&buf->pinned, d, &p->fresh, capacity, &p->ns, &refused, caller);
+    buf->stats.release_failures += refused;
     if (s) return s;
     if ((uintptr_t)p->fresh.ptr % elem_align) {
         void *at = p->fresh.ptr;

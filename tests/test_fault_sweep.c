@@ -374,10 +374,8 @@ static void teardown(fixture *f) {
 }
 
 /* A documented recovery: the call succeeded although a driver call failed. */
-static uint64_t rbefore_release_failures, rafter_release_failures;
-
 static int recovered(const fixture *f, const char *entry, const error_class *c, const pinstage_stats *before,
-                     const pinstage_stats *after) {
+                     const pinstage_stats *after, const pinstage_ring_stats *rbefore, const pinstage_ring_stats *rafter) {
     op_kind k = f->op->kind;
     /* Calibration moves data with upload / download: their recoveries are its. */
     int transfer = k == BUF_UPLOAD || k == BUF_DOWNLOAD || k == BUF_UPLOAD_PINNED_HOST || k == BUF_DOWNLOAD_PINNED_HOST ||
@@ -391,7 +389,7 @@ static int recovered(const fixture *f, const char *entry, const error_class *c, 
     /* A refused release of a replaced block: orphaned, counted, the call done. */
     if (!strcmp(entry, "cuMemFreeHost"))
         return after->release_failures == before->release_failures + 1 ||
-               (f->ring && rafter_release_failures > rbefore_release_failures);
+               (f->ring && rafter->release_failures > rbefore->release_failures);
     /* No pinned memory: the pageable path, counted. */
     if (!strcmp(entry, "cuMemAllocHost") && c->code == 2 && transfer)
         return after->pinned_fallbacks == before->pinned_fallbacks + 1;
@@ -399,8 +397,6 @@ static int recovered(const fixture *f, const char *entry, const error_class *c, 
     if (c->code == 1 && transfer &&
         (!strcmp(entry, "cuMemcpyHtoDAsync") || !strcmp(entry, "cuMemcpyDtoHAsync") || !strcmp(entry, "cuMemcpyDtoH")))
         return k == PROFILE_CALIBRATE || after->staged_transfers == before->staged_transfers + 1;
-    /* The context's memory was released by a release that then failed to
-     * clear the current context: nothing to recover, the call did its job. */
     return 0;
 }
 
@@ -435,12 +431,10 @@ static void sweep_one(const sweep_op *op, const char *entry, unsigned long nth, 
     else after = before;
     if (f.ring) pinstage_ring_get_stats(f.ring, &rafter);
     else rafter = rbefore;
-    rbefore_release_failures = rbefore.release_failures;
-    rafter_release_failures = rafter.release_failures;
     int before_failures = check_failures;
 
     if (s == PINSTAGE_SUCCESS) {
-        if (fired && !recovered(&f, entry, c, &before, &after)) {
+        if (fired && !recovered(&f, entry, c, &before, &after, &rbefore, &rafter)) {
             fprintf(stderr, "  succeeded although %s call %lu failed\n", entry, nth);
             CHECK(0);
         }
@@ -512,7 +506,7 @@ static void sweep_one(const sweep_op *op, const char *entry, unsigned long nth, 
     pinstage_emu_live now = live_now();
     /* A destroy the driver refused cannot be undone by anyone; it must have
      * been reported, and nothing else may leak. */
-    int refused_destroy = s != PINSTAGE_SUCCESS || recovered(&f, entry, c, &before, &after);
+    int refused_destroy = s != PINSTAGE_SUCCESS || recovered(&f, entry, c, &before, &after, &rbefore, &rafter);
     if (!(refused_destroy && !strcmp(entry, "cuEventDestroy"))) CHECK_EQ(now.events, baseline.events);
     if (!(refused_destroy && !strcmp(entry, "cuStreamDestroy"))) CHECK_EQ(now.streams, baseline.streams);
     if (!(refused_destroy && !strcmp(entry, "cuMemFree"))) {
