@@ -244,6 +244,102 @@ static void a_refused_release_is_reported_and_retried(void) {
     CHECK_NO_LEAK(live);
 }
 
+/* ---- A failed cleanup does not hide the failure ------------------------------------------- */
+
+static void fill_seeded(void *dst, size_t n, void *user) { fill_pattern(dst, n, *(unsigned *)user); }
+
+/* When a call fails and the release it then makes is refused too, the
+ * status and the message are still the first failure's: the refusal is
+ * counted and the block orphaned, released later. */
+static void a_refused_release_after_a_failure_keeps_the_first_failure(void) {
+    if (!emu) return;
+    pinstage_emu_live live = live_now();
+    size_t bytes = 64 * K;
+    unsigned seed = 31;
+    unsigned char *back = malloc(bytes);
+    pinstage_devbuf *dev;
+    pinstage_buffer *buf;
+    pinstage_stats st;
+    REQUIRE_OK(pinstage_devbuf_alloc_u8(&dev, bytes));
+
+    /* A fresh block whose copy failed goes back; its release is refused. */
+    REQUIRE_OK(pinstage_buffer_create(&buf));
+    emu->fail("cuMemcpyHtoDAsync", 1, 999, 0);
+    emu->fail("cuMemFreeHost", 1, 998, 0);
+    CHECK_STATUS(pinstage_buffer_upload_with(buf, dev, bytes, stream, fill_seeded, &seed), 999);
+    CHECK_MESSAGE("pinstage_buffer_upload_with: cuMemcpyHtoDAsync_v2 failed");
+    pinstage_buffer_stats(buf, &st);
+    CHECK_EQ(st.release_failures, 1);
+    CHECK_EQ(st.pinned_allocations, 0);
+    CHECK_EQ(pinstage_buffer_capacity(buf), 0);
+    emu->clear_faults();
+
+    /* A failed wait retires the warm block; its release is refused. */
+    CHECK_OK(pinstage_buffer_upload_with(buf, dev, bytes, stream, fill_seeded, &seed));
+    emu->fail("cuEventQuery", 1, 999, 1);
+    emu->fail("cuStreamSynchronize", 1, 999, 1);
+    emu->fail("cuMemFreeHost", 1, 998, 0);
+    seed = 32;
+    CHECK_STATUS(pinstage_buffer_upload_with(buf, dev, bytes, stream, fill_seeded, &seed), 999);
+    CHECK_MESSAGE("pinstage_buffer_upload_with: cuEventQuery failed");
+    pinstage_buffer_stats(buf, &st);
+    CHECK_EQ(st.retired_blocks, 1);
+    CHECK_EQ(st.release_failures, 2);
+    CHECK_EQ(pinstage_buffer_capacity(buf), 0);
+    emu->clear_faults();
+    seed = 33;
+    CHECK_OK(pinstage_buffer_upload_with(buf, dev, bytes, stream, fill_seeded, &seed));
+    read_landed(dev, back);
+    CHECK_EQ(pattern_mismatch(back, bytes, 33), -1);
+
+    /* Out of memory beside the held block, whose release is refused: the
+     * allocation's failure is what the caller reads. */
+    emu->fail("cuMemAllocHost", 1, PINSTAGE_ERROR_OUT_OF_MEMORY, 0);
+    emu->fail("cuMemFreeHost", 1, 998, 0);
+    CHECK_STATUS(pinstage_buffer_reserve(buf, 8 * bytes), PINSTAGE_ERROR_OUT_OF_MEMORY);
+    CHECK_MESSAGE("pinstage_buffer_reserve: cuMemAllocHost_v2 failed");
+    pinstage_buffer_stats(buf, &st);
+    CHECK_EQ(st.release_failures, 3);
+    emu->clear_faults();
+
+    /* An orphan's refusal inside a later allocation is not that call's
+     * failure: it succeeds, and the thread's message is left as it was. */
+    CHECK_STATUS(pinstage_buffer_reserve(buf, 0), PINSTAGE_ERROR_INVALID_VALUE);
+    emu->fail("cuMemFreeHost", 1, 998, 0);
+    CHECK_OK(pinstage_buffer_reserve(buf, bytes));
+    CHECK_MESSAGE("pinstage_buffer_reserve: bytes is 0");
+    CHECK_OK(pinstage_pinned_retry_releases());
+    CHECK_OK(pinstage_buffer_free(buf));
+
+    /* The ring: a slot whose wait failed is retired, its release refused;
+     * the free that found it reports the wait, not the release. */
+    pinstage_ring *ring;
+    REQUIRE_OK(pinstage_ring_create(&ring, 3, 0));
+    CHECK_OK(pinstage_ring_upload_with_async(ring, dev, bytes, stream, fill_seeded, &seed));
+    CHECK_OK(pinstage_ring_synchronize(ring));
+    CHECK_OK(pinstage_ring_upload_with_async(ring, dev, bytes, stream, fill_seeded, &seed));
+    emu->fail("cuEventQuery", 1, 999, 1);
+    emu->fail("cuMemFreeHost", 1, 998, 0);
+    CHECK_STATUS(pinstage_ring_synchronize(ring), 999);
+    CHECK_MESSAGE("pinstage_ring_synchronize: cuEventQuery failed");
+    pinstage_ring_stats rst;
+    pinstage_ring_get_stats(ring, &rst);
+    CHECK_EQ(rst.retired_blocks, 1);
+    CHECK_EQ(rst.release_failures, 1);
+    emu->clear_faults();
+    CHECK_OK(pinstage_ring_upload_with_async(ring, dev, bytes, stream, fill_seeded, &seed));
+    emu->fail("cuEventQuery", 1, 999, 1);
+    emu->fail("cuMemFreeHost", 1, 998, 1);
+    CHECK_STATUS(pinstage_ring_free(ring), 999);
+    CHECK_MESSAGE("pinstage_ring_free: cuEventQuery failed");
+    emu->clear_faults();
+
+    CHECK_OK(pinstage_pinned_retry_releases());
+    pinstage_devbuf_free(dev);
+    free(back);
+    CHECK_NO_LEAK(live);
+}
+
 /* ---- Helpers name the cause ---------------------------------------------------------------- */
 
 static void helpers_name_the_real_cause(void) {
@@ -277,6 +373,7 @@ int main(void) {
     RUN(typed_download_into_refuses_a_null_view);
     RUN(unpinnable_memory_degrades_to_the_pageable_path);
     RUN(a_refused_release_is_reported_and_retried);
+    RUN(a_refused_release_after_a_failure_keeps_the_first_failure);
     RUN(helpers_name_the_real_cause);
     check_current_test = "no_leaks";
     CHECK_NO_LEAK(before);
