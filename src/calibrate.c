@@ -4,7 +4,6 @@
  * download with a fixed plan, from malloc'd memory that has been written),
  * and the median of a few calls picks the winner. The routes are measured
  * size by size, alternating, so drift affects them alike. */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -221,9 +220,9 @@ pinstage_status pinstage_profile_calibrate(pinstage_profile **out, int thorough)
         }
     if (s) {
         /* The message names the transfer that failed; say what it was part of. */
-        char why[512];
-        snprintf(why, sizeof why, "%s", pinstage_last_error_message());
-        s = ps_fail(s, "%s: %s", caller, why);
+        ps_message why;
+        ps_message_save(&why);
+        s = ps_fail(s, "%s: %s", caller, why.text);
     }
 done:;
     /* Cleanup failures are reported too, unless a measurement failed first. */

@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -110,12 +109,12 @@ pinstage_status pinstage_pinned_retry_releases(void) {
 
 pinstage_status ps_pinned_alloc(ps_pinned *fresh, const ps_driver *driver, size_t capacity, uint64_t *elapsed_ns,
                                 const char *caller) {
-    char why[512];
+    ps_message before_orphans;
     uint64_t ignored = 0;
     /* Orphans go first: they may be what stands between us and the limit.
      * Their refusal is not this call's failure. */
-    snprintf(why, sizeof why, "%s", pinstage_last_error_message());
-    if (retry_orphans(driver, &ignored, caller)) ps_fail(0, "%s", why);
+    ps_message_save(&before_orphans);
+    if (retry_orphans(driver, &ignored, caller)) ps_message_restore(&before_orphans, PINSTAGE_SUCCESS);
     size_t cap = atomic_load_explicit(&limit, memory_order_relaxed);
     size_t before = atomic_fetch_add_explicit(&held, capacity, memory_order_relaxed);
     if (before > cap || capacity > cap - before) {
@@ -161,11 +160,11 @@ pinstage_status ps_pinned_alloc_beside(ps_pinned *pinned, const ps_driver *drive
     pinstage_status s = ps_pinned_alloc(fresh, driver, capacity, elapsed_ns, caller);
     if (s != PINSTAGE_ERROR_OUT_OF_MEMORY || !pinned->ptr) return s;
     /* Holding both may be what exhausts the pinnable memory. */
-    char why[512];
-    snprintf(why, sizeof why, "%s", pinstage_last_error_message());
+    ps_message why;
+    ps_message_save(&why);
     if (ps_pinned_release(pinned, driver, elapsed_ns, caller)) {
         *release_refused = 1;
-        return ps_fail(s, "%s", why);
+        return ps_message_restore(&why, s);
     }
     return ps_pinned_alloc(fresh, driver, capacity, elapsed_ns, caller);
 }

@@ -10,7 +10,6 @@
  * worker pool only ever sees the bytes of an upload's host copy, joined
  * before the copy is enqueued. */
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -94,12 +93,12 @@ static void count_pinned(pinstage_ring *ring) {
 /* A wait on the slot's copy failed: the DMA may still use the block, so it
  * is dropped (releasing it waits for the device) and never reused. */
 static void retire(pinstage_ring *ring, const ps_driver *d, ring_slot *s) {
-    char why[512];
-    snprintf(why, sizeof why, "%s", pinstage_last_error_message());
+    ps_message why; /* the failure that caused it is what the caller reads */
+    ps_message_save(&why);
     uint64_t ignored = 0;
     /* A refused release orphans the block: never handed out again. */
     if (ps_pinned_release(&s->pinned, d, &ignored, "pinstage_ring")) ring->stats.release_failures++;
-    ps_fail(0, "%s", why); /* the failure that caused it is what the caller reads */
+    ps_message_restore(&why, PINSTAGE_SUCCESS);
     ring->stats.retired_blocks++;
     s->busy = 0;
     count_pinned(ring);
@@ -444,7 +443,7 @@ pinstage_status pinstage_ring_release(pinstage_ring *ring, pinstage_ticket ticke
  * its download failed. Returns the first error. */
 static pinstage_status wait_all(pinstage_ring *ring, const ps_driver *d, const char *caller) {
     pinstage_status first = PINSTAGE_SUCCESS;
-    char message[512] = "";
+    ps_message message;
     for (unsigned i = 0; i < ring->count; i++) {
         ring_slot *s = &ring->slot[i];
         pinstage_status st = slot_wait(ring, d, s, caller);
@@ -452,10 +451,10 @@ static pinstage_status wait_all(pinstage_ring *ring, const ps_driver *d, const c
         if (s->state == SLOT_TICKET) s->failure = st;
         if (!first) {
             first = st;
-            snprintf(message, sizeof message, "%s", pinstage_last_error_message());
+            ps_message_save(&message);
         }
     }
-    return first ? ps_fail(first, "%s", message) : PINSTAGE_SUCCESS;
+    return first ? ps_message_restore(&message, first) : PINSTAGE_SUCCESS;
 }
 
 pinstage_status pinstage_ring_synchronize(pinstage_ring *ring) {
@@ -503,27 +502,24 @@ pinstage_status pinstage_ring_free(pinstage_ring *ring) {
     const ps_driver *d;
     pinstage_status st = PINSTAGE_SUCCESS;
     if (!ring) return PINSTAGE_SUCCESS;
-    /* Events and pinned memory exist only if a driver was loaded to make them. */
     if (ring->in_call)
         return ps_fail(PINSTAGE_ERROR_NOT_PERMITTED, "%s: called on a ring whose own call is still running", caller);
+    /* Events and pinned memory exist only if a driver was loaded to make them. */
     int made = ring->have_events;
     for (unsigned i = 0; i < ring->count; i++) made |= ring->slot[i].pinned.ptr != NULL;
     if (made && !ps_driver_get(&d)) {
+        ps_message first;
         st = wait_all(ring, d, caller);
-        char first[512];
-        snprintf(first, sizeof first, "%s", pinstage_last_error_message());
+        ps_message_save(&first);
         /* Refused releases are orphaned (released later) and reported. */
         for (unsigned i = 0; i < ring->count; i++) {
             uint64_t ignored = 0;
             pinstage_status r = ps_pinned_release(&ring->slot[i].pinned, d, &ignored, caller);
-            if (r && !st) st = r, snprintf(first, sizeof first, "%s", pinstage_last_error_message());
+            if (r && !st) st = r, ps_message_save(&first);
             CUresult e = ring->have_events ? d->cuEventDestroy(ring->slot[i].event) : CUDA_SUCCESS;
-            if (e && !st) {
-                st = ps_fail_driver((pinstage_status)e, caller, "cuEventDestroy_v2");
-                snprintf(first, sizeof first, "%s", pinstage_last_error_message());
-            }
+            if (e && !st) st = ps_fail_driver((pinstage_status)e, caller, "cuEventDestroy_v2"), ps_message_save(&first);
         }
-        if (st) ps_fail(st, "%s", first);
+        if (st) ps_message_restore(&first, st);
     }
     free(ring);
     return st;

@@ -4,7 +4,6 @@
  *   -> driver calls (copy.c) or the copy engine (engine.c) -> stats
  * Upload / download of page-locked memory skip the route: one DMA. */
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,10 +63,10 @@ pinstage_status pinstage_buffer_create_with_capacity(pinstage_buffer **out, size
     s = pinstage_buffer_reserve(buf, bytes);
     if (s) {
         /* pinstage_buffer_reserve named itself; the user called us. */
-        char why[512];
-        snprintf(why, sizeof why, "%s", pinstage_last_error_message());
+        ps_message why;
+        ps_message_save(&why);
         free(buf);
-        return ps_fail(s, "%s: %s", caller, why);
+        return ps_fail(s, "%s: %s", caller, why.text);
     }
     *out = buf;
     return PINSTAGE_SUCCESS;
@@ -266,10 +265,10 @@ static void unpin(pinstage_buffer *buf, const ps_driver *d, pinning *p, int succ
     if (!p->fresh.ptr) return;
     if (!succeeded) {
         uint64_t ignored = 0;
-        char why[512];
-        snprintf(why, sizeof why, "%s", pinstage_last_error_message());
+        ps_message why; /* the transfer's failure is what the caller reads */
+        ps_message_save(&why);
         if (ps_pinned_release(&p->fresh, d, &ignored, caller)) buf->stats.release_failures++;
-        ps_fail(0, "%s", why); /* the transfer's failure is what the caller reads */
+        ps_message_restore(&why, PINSTAGE_SUCCESS);
         return;
     }
     size_t capacity = p->fresh.capacity;
@@ -283,12 +282,12 @@ static void unpin(pinstage_buffer *buf, const ps_driver *d, pinning *p, int succ
  * reused: releasing it waits for the device. */
 static void retire_pinned(pinstage_buffer *buf, const ps_driver *d, pinning *p, const char *caller) {
     uint64_t ignored = 0;
-    char why[512];
-    snprintf(why, sizeof why, "%s", pinstage_last_error_message());
-    pinstage_status s = ps_pinned_release(p->fresh.ptr ? &p->fresh : &buf->pinned, d, &ignored, caller);
-    if (s) buf->stats.release_failures++;
+    ps_message why;
+    ps_message_save(&why);
+    if (ps_pinned_release(p->fresh.ptr ? &p->fresh : &buf->pinned, d, &ignored, caller))
+        buf->stats.release_failures++;
     buf->stats.retired_blocks++;
-    ps_fail(0, "%s", why);
+    ps_message_restore(&why, PINSTAGE_SUCCESS);
 }
 
 /* After a failure once a copy on the pinned block was enqueued. */

@@ -4,6 +4,7 @@
  * per-thread message of the last failure. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "status.h"
 
@@ -139,7 +140,7 @@ const char *pinstage_status_string(pinstage_status status) {
     return e ? e->text : "a status code this version of pinstage does not know";
 }
 
-static _Thread_local char last_message[512];
+static _Thread_local char last_message[PS_MESSAGE_MAX];
 
 const char *pinstage_last_error_message(void) { return last_message; }
 
@@ -148,6 +149,13 @@ pinstage_status ps_fail(pinstage_status status, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(last_message, sizeof last_message, fmt, ap);
     va_end(ap);
+    return status;
+}
+
+void ps_message_save(ps_message *m) { memcpy(m->text, last_message, sizeof m->text); }
+
+pinstage_status ps_message_restore(const ps_message *m, pinstage_status status) {
+    memcpy(last_message, m->text, sizeof last_message);
     return status;
 }
 
