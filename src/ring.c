@@ -132,6 +132,14 @@ static pinstage_status slot_wait(pinstage_ring *ring, const ps_driver *d, ring_s
     return PINSTAGE_SUCCESS;
 }
 
+/* A query of the slot's event failed: named, and the slot retired. */
+static pinstage_status query_failed(pinstage_ring *ring, const ps_driver *d, ring_slot *s, CUresult r,
+                                    const char *caller) {
+    pinstage_status st = ps_fail_driver((pinstage_status)r, caller, "cuEventQuery");
+    retire(ring, d, s);
+    return st;
+}
+
 /* After an enqueued copy's event could not be recorded: wait for the copy
  * through the stream, or retire the slot when even that fails. */
 static void settle_unrecorded(pinstage_ring *ring, const ps_driver *d, ring_slot *s, CUstream stream) {
@@ -206,10 +214,7 @@ static pinstage_status acquire(pinstage_ring *ring, const ps_driver *d, int host
             ring_slot *c = &ring->slot[order[k]];
             CUresult r = slot_query(d, c);
             if (r == CUDA_SUCCESS) s = c;
-            else if (r != CUDA_ERROR_NOT_READY) {
-                retire(ring, d, c);
-                return ps_fail_driver((pinstage_status)r, caller, "cuEventQuery");
-            }
+            else if (r != CUDA_ERROR_NOT_READY) return query_failed(ring, d, c, r, caller);
         }
     }
     /* Otherwise the best candidate; if it is busy, it was just asked. */
@@ -229,10 +234,8 @@ static pinstage_status acquire(pinstage_ring *ring, const ps_driver *d, int host
             ring->stats.slot_waits++;
             ring->stats.slot_wait_ns += now_ns() - start;
             if (st) return st;
-        } else if (r != CUDA_SUCCESS) {
-            retire(ring, d, s);
-            return ps_fail_driver((pinstage_status)r, caller, "cuEventQuery");
-        }
+        } else if (r != CUDA_SUCCESS)
+            return query_failed(ring, d, s, r, caller);
     }
     if (bytes > s->pinned.capacity) {
         int grew = 0, refused = 0;
@@ -351,10 +354,8 @@ pinstage_status pinstage_ring_download_async(pinstage_ring *ring, const pinstage
     if (r == CUDA_ERROR_NOT_READY) {
         if ((r = d->cuStreamWaitEvent(stream, s->event, 0)))
             return ps_fail_driver((pinstage_status)r, caller, "cuStreamWaitEvent");
-    } else if (r) {
-        retire(ring, d, s);
-        return ps_fail_driver((pinstage_status)r, caller, "cuEventQuery");
-    }
+    } else if (r)
+        return query_failed(ring, d, s, r, caller);
     if ((st = ps_enqueue_d2h(d, s->pinned.ptr, src->ptr, bytes, stream, caller))) return st;
     if ((st = commit(ring, d, s, bytes, stream, caller))) return st;
     s->state = SLOT_TICKET;
@@ -366,10 +367,16 @@ pinstage_status pinstage_ring_download_async(pinstage_ring *ring, const pinstage
 
 /* ---- Tickets ---------------------------------------------------------------------- */
 
-static ring_slot *find_ticket(pinstage_ring *ring, pinstage_ticket ticket) {
+/* The slot holding an outstanding ticket, or INVALID_VALUE. */
+static pinstage_status find_ticket(pinstage_ring *ring, pinstage_ticket ticket, ring_slot **out, const char *caller) {
     for (unsigned i = 0; ticket && i < ring->count; i++)
-        if (ring->slot[i].state != SLOT_FREE && ring->slot[i].ticket == ticket) return &ring->slot[i];
-    return NULL;
+        if (ring->slot[i].state != SLOT_FREE && ring->slot[i].ticket == ticket) {
+            *out = &ring->slot[i];
+            return PINSTAGE_SUCCESS;
+        }
+    return ps_fail(PINSTAGE_ERROR_INVALID_VALUE,
+                   "%s: ticket %llu is not outstanding (released, its slot handed out again, or never issued)", caller,
+                   (unsigned long long)ticket);
 }
 
 static pinstage_status complete(pinstage_ring *ring, pinstage_ticket ticket, const void **view, int wait,
@@ -379,11 +386,8 @@ static pinstage_status complete(pinstage_ring *ring, pinstage_ticket ticket, con
     pinstage_status checked = check_ring(ring, caller);
     if (checked) return checked;
     if (!view) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: view is NULL", caller);
-    ring_slot *s = find_ticket(ring, ticket);
-    if (!s)
-        return ps_fail(PINSTAGE_ERROR_INVALID_VALUE,
-                       "%s: ticket %llu is not outstanding (released, its slot handed out again, or never issued)",
-                       caller, (unsigned long long)ticket);
+    ring_slot *s = NULL;
+    if ((checked = find_ticket(ring, ticket, &s, caller))) return checked;
     if (s->state == SLOT_TICKET && s->failure) {
         pinstage_status failure = s->failure;
         clear_slot(s);
@@ -400,10 +404,7 @@ static pinstage_status complete(pinstage_ring *ring, pinstage_ticket ticket, con
             if (r == CUDA_ERROR_NOT_READY)
                 return ps_fail(PINSTAGE_ERROR_NOT_READY, "%s: ticket %llu's copy has not landed yet", caller,
                                (unsigned long long)ticket);
-            if (r) {
-                retire(ring, d, s);
-                st = ps_fail_driver((pinstage_status)r, caller, "cuEventQuery");
-            }
+            if (r) st = query_failed(ring, d, s, r, caller);
         }
         if (st) {
             clear_slot(s);
@@ -427,11 +428,8 @@ pinstage_status pinstage_ring_release(pinstage_ring *ring, pinstage_ticket ticke
     static const char caller[] = "pinstage_ring_release";
     pinstage_status checked = check_ring(ring, caller);
     if (checked) return checked;
-    ring_slot *s = find_ticket(ring, ticket);
-    if (!s)
-        return ps_fail(PINSTAGE_ERROR_INVALID_VALUE,
-                       "%s: ticket %llu is not outstanding (released, its slot handed out again, or never issued)",
-                       caller, (unsigned long long)ticket);
+    ring_slot *s = NULL;
+    if ((checked = find_ticket(ring, ticket, &s, caller))) return checked;
     /* A copy still in flight keeps the slot busy: reuse waits for it. */
     clear_slot(s);
     return PINSTAGE_SUCCESS;
