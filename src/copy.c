@@ -69,6 +69,12 @@ pinstage_status ps_wait_event(const ps_driver *d, CUevent event, size_t bytes, c
     return r ? ps_fail_driver((pinstage_status)r, caller, "cuEventQuery") : PINSTAGE_SUCCESS;
 }
 
+pinstage_status ps_query_event(const ps_driver *d, CUevent event, const char *caller) {
+    CUresult r = d->cuEventQuery(event);
+    if (r == CUDA_SUCCESS || r == CUDA_ERROR_NOT_READY) return (pinstage_status)r;
+    return ps_fail_driver((pinstage_status)r, caller, "cuEventQuery");
+}
+
 pinstage_status ps_record_and_wait(const ps_driver *d, CUevent event, CUstream stream, size_t bytes,
                                    const char *caller) {
     pinstage_status s = ps_record(d, event, stream, caller);

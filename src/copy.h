@@ -22,6 +22,10 @@ pinstage_status ps_record(const ps_driver *d, CUevent event, CUstream stream, co
  * so a long transfer costs little CPU. */
 pinstage_status ps_wait_event(const ps_driver *d, CUevent event, size_t bytes, const char *caller);
 
+/* One cuEventQuery: PINSTAGE_SUCCESS once the event has completed,
+ * PINSTAGE_ERROR_NOT_READY before; else the driver's error, named. */
+pinstage_status ps_query_event(const ps_driver *d, CUevent event, const char *caller);
+
 /* Records `event` on `stream` and waits for it: the end of a synchronous call. */
 pinstage_status ps_record_and_wait(const ps_driver *d, CUevent event, CUstream stream, size_t bytes,
                                    const char *caller);

@@ -9,11 +9,15 @@
  * the last DMA; on any failure it joins the host copy in flight and drains
  * the stream before returning, or reports that it could not.
  *
- * Overlap: uploads post the host copy of chunk k+1 to the pool, then enqueue
- * the DMA of chunk k, then join; downloads post the copy-out of chunk k,
- * enqueue the DMA of chunk k+3 into the slot freed by chunk k-1, then join.
- * The caller's driver calls (a few microseconds each) thus hide behind the
- * workers' copies.
+ * Flow: a transfer's host copy is one pool job whose blocks (a few to a few
+ * hundred KiB) any running thread may claim, the calling thread included.
+ * Uploads open a chunk's blocks once the DMA that last read its slot has
+ * landed and enqueue the chunk's DMA the moment its last block is done;
+ * downloads open a chunk's blocks once its DMA has landed and enqueue the
+ * DMA into a slot the moment the chunk before has been copied out of it.
+ * No barrier stands between chunks: threads copy chunk k+1..k+3 while chunk
+ * k waits for its DMA or for a block a descheduled thread holds, and the
+ * calling thread makes the driver calls between blocks of its own.
  *
  * Chunk sizes ramp up from 1/16 of the chunk at the start and down again at
  * the end of a long transfer: the first chunk's host copy (uploads) or DMA
@@ -27,17 +31,32 @@
 #include "copy.h"
 #include "engine.h"
 #include "status.h"
+#include "trace.h"
 
-/* Below this, a piece of a host copy is not worth another thread. */
-#define MIN_PIECE ((size_t)8 << 10)
+/* Blocks of a host copy: below MIN_BLOCK one is not worth another thread;
+ * above MAX_BLOCK a thread that loses its CPU holds too much of a chunk. */
+#define MIN_BLOCK ((size_t)8 << 10)
+#define MAX_BLOCK ((size_t)256 << 10)
+/* At most this many chunks per transfer (a longer schedule's chunks grow). */
+#define MAX_CHUNKS 4096u
 /* Smallest first chunk of a ramp. */
 #define MIN_RAMP ((size_t)256 << 10)
 /* Chunks a ramped schedule may have; longer schedules are uniform. */
 #define MAX_SCHEDULE 64
 
+static inline void cpu_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 static size_t chunk_bytes(size_t bytes, const ps_plan *plan) {
     size_t chunk = plan->chunk ? plan->chunk : bytes;
     if (chunk > PS_ENGINE_MAX_CHUNK) chunk = PS_ENGINE_MAX_CHUNK;
+    size_t fewest = (bytes + MAX_CHUNKS - 1) / MAX_CHUNKS;
+    if (chunk < fewest) chunk = (fewest + 4095) / 4096 * 4096;
     return chunk < bytes ? chunk : bytes;
 }
 
@@ -91,7 +110,7 @@ static size_t chunk_len(const schedule *s, size_t k) {
 
 /* ---- Host copies ------------------------------------------------------------------- */
 
-/* Non-temporal stores for the large pieces of an upload: the pinned bytes
+/* Non-temporal stores for the large blocks of an upload: the pinned bytes
  * are read next by the DMA engine, not by this core, so caching them only
  * costs read-for-ownership traffic. In one grid of settings on the H200
  * machine the best 64 MiB upload took 1507 us with them and 1691 us without;
@@ -115,61 +134,149 @@ static void copy_stream(unsigned char *dst, const unsigned char *src, size_t len
         _mm_stream_si128((__m128i *)(dst + i + 48), d);
     }
     memcpy(dst + body, src + body, len - body);
-    /* Streaming stores are weakly ordered: fence before the piece counts as done. */
+    /* Streaming stores are weakly ordered: fence before the block counts as done. */
     _mm_sfence();
 #else
     memcpy(dst, src, len);
 #endif
 }
 
-/* One host copy split into pieces for the pool. */
-typedef struct {
-    unsigned char *dst;
-    const unsigned char *src;
-    size_t len;
-    unsigned pieces;
-    int stream; /* non-temporal stores */
-} split_copy;
+/* Blocks at or above this use streaming stores (uploads). */
+#define STREAM_MIN_BLOCK ((size_t)64 << 10)
 
-static size_t piece_start(const split_copy *c, unsigned i) {
-    if (i >= c->pieces) return c->len;
-    /* Cache-line boundaries, so no two threads write the same line. */
-    return (size_t)((unsigned long long)c->len * i / c->pieces) & ~(size_t)63;
-}
-
-static void copy_piece(void *arg, unsigned i) {
-    const split_copy *c = arg;
-    size_t a = piece_start(c, i), b = piece_start(c, i + 1);
-    if (b <= a) return;
-    if (c->stream)
-        copy_stream(c->dst + a, c->src + a, b - a);
+static void copy_into_pinned(unsigned char *dst, const unsigned char *src, size_t len) {
+    if (len >= STREAM_MIN_BLOCK)
+        copy_stream(dst, src, len);
     else
-        memcpy(c->dst + a, c->src + a, b - a);
+        memcpy(dst, src, len);
 }
 
-/* Pieces at or above this use streaming stores. */
-#define STREAM_MIN_PIECE ((size_t)64 << 10)
-
-static void host_copy_post(ps_pool *pool, ps_job *job, split_copy *c, unsigned threads, int stream, void *dst,
-                           const void *src, size_t len) {
-    size_t most = len / MIN_PIECE;
-    unsigned pieces = threads;
-    if (pieces > most) pieces = most ? (unsigned)most : 1;
-    if (pieces > PS_POOL_MAX_PIECES) pieces = PS_POOL_MAX_PIECES;
-    *c = (split_copy){dst, src, len, pieces, stream && len / pieces >= STREAM_MIN_PIECE};
-    ps_pool_post(pool, job, pieces, copy_piece, c);
+/* Where block i of nb starts in a run of len bytes: cache-line boundaries,
+ * so no two threads write the same line. */
+static size_t block_start(size_t len, size_t i, size_t nb) {
+    if (i >= nb) return len;
+    return (size_t)((unsigned long long)len * i / nb) & ~(size_t)63;
 }
+
+static size_t blocks_for(size_t len, size_t grain) { return len ? (len + grain - 1) / grain : 1; }
+
+/* The block size of a transfer: two blocks per thread per chunk, within
+ * [MIN_BLOCK, MAX_BLOCK], and few enough blocks for one job. */
+static size_t grain_for(const schedule *s, unsigned threads) {
+    size_t grain = s->chunk / (2 * (size_t)threads);
+    if (grain < MIN_BLOCK) grain = MIN_BLOCK;
+    if (grain > MAX_BLOCK) grain = MAX_BLOCK;
+    while (s->bytes / grain + s->n + 1 > PS_JOB_MAX_BLOCKS - 16) grain *= 2;
+    return grain;
+}
+
+/* One transfer's host copy as one job: chunk k's blocks, the chunks in
+ * order; per slot, how many blocks of the chunk in it are done. */
+typedef struct {
+    const schedule *sch;
+    unsigned char *pinned;
+    unsigned char *host;
+    int h2d;
+    uint32_t trace;
+    size_t grain;
+    size_t full_blocks; /* blocks of a chunk of sch->chunk bytes (uniform schedules) */
+    unsigned first[MAX_SCHEDULE + 2]; /* ramped schedules: chunk k's first block */
+    size_t total;
+    _Atomic unsigned copied[PS_ENGINE_SLOTS];
+} flow;
+
+static size_t chunk_blocks(const flow *f, size_t k) { return blocks_for(chunk_len(f->sch, k), f->grain); }
+
+/* The first block of chunk k (k == n: the total). */
+static size_t first_block(const flow *f, size_t k) {
+    if (f->sch->ramped) return f->first[k];
+    return k < f->sch->n ? k * f->full_blocks : f->total;
+}
+
+static size_t chunk_of_block(const flow *f, size_t b) {
+    if (!f->sch->ramped) {
+        size_t k = b / f->full_blocks;
+        return k < f->sch->n ? k : f->sch->n - 1;
+    }
+    size_t lo = 0, hi = f->sch->n; /* first[lo] <= b < first[hi] */
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (f->first[mid] <= b)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static void flow_init(flow *f, const schedule *sch, unsigned char *pinned, const void *host, int h2d,
+                      unsigned threads) {
+    f->sch = sch;
+    f->pinned = pinned;
+    f->host = (unsigned char *)host;
+    f->h2d = h2d;
+    f->trace = 0;
+    f->grain = grain_for(sch, threads);
+    f->full_blocks = blocks_for(sch->chunk, f->grain);
+    if (sch->ramped) {
+        f->first[0] = 0;
+        for (size_t k = 0; k < sch->n; k++) f->first[k + 1] = f->first[k] + (unsigned)chunk_blocks(f, k);
+        f->total = f->first[sch->n];
+    } else {
+        f->total = (sch->n - 1) * f->full_blocks + chunk_blocks(f, sch->n - 1);
+    }
+    for (size_t i = 0; i < PS_ENGINE_SLOTS; i++) atomic_init(&f->copied[i], 0);
+}
+
+static void flow_block(void *arg, size_t b) {
+    flow *f = arg;
+    size_t k = chunk_of_block(f, b), nb = chunk_blocks(f, k), i = b - first_block(f, k);
+    size_t len = chunk_len(f->sch, k), from = block_start(len, i, nb), to = block_start(len, i + 1, nb);
+    unsigned char *slot = f->pinned + (k % PS_ENGINE_SLOTS) * f->sch->chunk;
+    unsigned char *host = f->host + chunk_offset(f->sch, k);
+    uint64_t start = f->trace ? ps_trace_now() : 0;
+    if (f->h2d)
+        copy_into_pinned(slot + from, host + from, to - from);
+    else
+        memcpy(host + from, slot + from, to - from);
+    if (f->trace) ps_trace_block(f->trace, (unsigned)k, start, ps_trace_now());
+    atomic_fetch_add_explicit(&f->copied[k % PS_ENGINE_SLOTS], 1, memory_order_release);
+}
+
+/* Whether chunk k's blocks are all done (its slot counts them). */
+static int chunk_copied(flow *f, size_t k) {
+    return atomic_load_explicit(&f->copied[k % PS_ENGINE_SLOTS], memory_order_acquire) == chunk_blocks(f, k);
+}
+
+/* The slot starts counting the next chunk that uses it. No thread touches
+ * the counter now: the chunk before is done and the next one not open. */
+static void recount(flow *f, size_t k) { atomic_store_explicit(&f->copied[k % PS_ENGINE_SLOTS], 0, memory_order_relaxed); }
 
 static unsigned plan_threads(ps_pool *pool, const ps_plan *plan) {
     unsigned all = ps_pool_workers(pool) + 1;
     return plan->threads && plan->threads < all ? plan->threads : all;
 }
 
+typedef struct {
+    unsigned char *dst;
+    const unsigned char *src;
+    size_t len, nb;
+} plain_copy;
+
+static void plain_block(void *arg, size_t i) {
+    const plain_copy *c = arg;
+    size_t from = block_start(c->len, i, c->nb), to = block_start(c->len, i + 1, c->nb);
+    copy_into_pinned(c->dst + from, c->src + from, to - from);
+}
+
 void ps_engine_copy_in(ps_pool *pool, void *pinned, const void *src, size_t len) {
-    split_copy copy;
-    ps_job job;
-    host_copy_post(pool, &job, &copy, ps_pool_workers(pool) + 1, 1, pinned, src, len);
-    ps_pool_join(pool, &job);
+    unsigned threads = ps_pool_workers(pool) + 1;
+    size_t grain = len / (2 * (size_t)threads);
+    if (grain < MIN_BLOCK) grain = MIN_BLOCK;
+    if (grain > MAX_BLOCK) grain = MAX_BLOCK;
+    while (len / grain + 1 > PS_JOB_MAX_BLOCKS - 16) grain *= 2;
+    plain_copy c = {pinned, src, len, blocks_for(len, grain)};
+    ps_pool_run(pool, c.nb, threads - 1, plain_block, &c);
 }
 
 /* ---- Uploads ------------------------------------------------------------------------- */
@@ -177,38 +284,61 @@ void ps_engine_copy_in(ps_pool *pool, void *pinned, const void *src, size_t len)
 pinstage_status ps_engine_h2d(const ps_driver *d, ps_pool *pool, const ps_stage *stage, CUdeviceptr dst,
                               const void *src, size_t bytes, CUstream stream, const ps_plan *plan,
                               int *in_flight, const char *caller) {
-    const unsigned char *from = src;
     schedule sch;
     make_schedule(&sch, bytes, chunk_bytes(bytes, plan));
     size_t n = sch.n, chunk = sch.chunk;
     unsigned threads = plan_threads(pool, plan);
     pinstage_status s = PINSTAGE_SUCCESS;
-    split_copy copy;
+    flow f;
     ps_job job;
     int enqueued = 0;
     *in_flight = 0;
 
-    host_copy_post(pool, &job, &copy, threads, 1, stage->pinned, from, chunk_len(&sch, 0));
-    ps_pool_join(pool, &job);
-    for (size_t k = 0; k < n && !s; k++) {
+    flow_init(&f, &sch, stage->pinned, src, 1, threads);
+    size_t opened = n < PS_ENGINE_SLOTS ? n : PS_ENGINE_SLOTS;
+    f.trace = ps_trace_begin(0, bytes, (unsigned)n);
+    for (size_t k = 0; k < opened; k++) ps_trace_chunk(f.trace, (unsigned)k, PS_TRACE_OPENED);
+    ps_job_start(pool, &job, f.total, first_block(&f, opened), threads - 1, flow_block, &f);
+    ps_trace_seats(f.trace, job.seats);
+    for (size_t k = 0; k < n;) {
         size_t slot = k % PS_ENGINE_SLOTS;
-        /* Chunk k+1's host copy runs while chunk k's DMA is enqueued, once
-         * the DMA that last read its slot has finished. */
-        if (k + 1 < n) {
-            size_t next = (k + 1) % PS_ENGINE_SLOTS;
-            if (k + 1 >= PS_ENGINE_SLOTS && (s = ps_wait_event(d, stage->events[next], chunk, caller))) break;
-            host_copy_post(pool, &job, &copy, threads, 1, stage->pinned + next * chunk, from + chunk_offset(&sch, k + 1),
-                           chunk_len(&sch, k + 1));
+        /* The slot still counts the chunk before until chunk k is opened. */
+        if (k < opened && chunk_copied(&f, k)) {
+            ps_trace_chunk(f.trace, (unsigned)k, PS_TRACE_COPIED);
+            if ((s = ps_enqueue_h2d(d, dst + chunk_offset(&sch, k), stage->pinned + slot * chunk, chunk_len(&sch, k),
+                                    stream, caller)))
+                break;
+            enqueued = 1;
+            /* An event only where a later chunk waits for this slot, and at the end. */
+            if ((k + PS_ENGINE_SLOTS < n || k + 1 == n) && (s = ps_record(d, stage->events[slot], stream, caller)))
+                break;
+            ps_trace_chunk(f.trace, (unsigned)k, PS_TRACE_ENQUEUED);
+            k++;
+            continue;
         }
-        s = ps_enqueue_h2d(d, dst + chunk_offset(&sch, k), stage->pinned + slot * chunk, chunk_len(&sch, k), stream,
-                           caller);
-        enqueued |= !s;
-        /* An event only where a later chunk waits for this slot, and at the end. */
-        if (!s && (k + PS_ENGINE_SLOTS < n || k + 1 == n)) s = ps_record(d, stage->events[slot], stream, caller);
-        if (k + 1 < n) ps_pool_join(pool, &job);
+        /* The next chunk's slot is free once the DMA that read it has landed. */
+        if (opened < n && opened < k + PS_ENGINE_SLOTS) {
+            pinstage_status q = ps_query_event(d, stage->events[opened % PS_ENGINE_SLOTS], caller);
+            if (q == PINSTAGE_SUCCESS) {
+                ps_trace_chunk(f.trace, (unsigned)(opened - PS_ENGINE_SLOTS), PS_TRACE_LANDED);
+                recount(&f, opened);
+                ps_trace_chunk(f.trace, (unsigned)opened, PS_TRACE_OPENED);
+                ps_job_open(&job, first_block(&f, ++opened));
+                continue;
+            }
+            if (q != PINSTAGE_ERROR_NOT_READY) {
+                s = q;
+                break;
+            }
+        }
+        if (!ps_job_help(&job)) cpu_pause();
     }
+    if (s) ps_job_cancel(&job);
+    ps_job_finish(&job);
     /* Landed: the last DMA's event follows every earlier one on the stream. */
     if (!s) s = ps_wait_event(d, stage->events[(n - 1) % PS_ENGINE_SLOTS], ps_engine_footprint(bytes, plan), caller);
+    if (!s) ps_trace_chunk(f.trace, (unsigned)(n - 1), PS_TRACE_LANDED);
+    ps_trace_end(f.trace);
     if (s && enqueued) *in_flight = ps_drain(d, stage->events[0], stream);
     return s;
 }
@@ -227,27 +357,54 @@ static pinstage_status d2h_chunk(const ps_driver *d, const ps_stage *stage, cons
 pinstage_status ps_engine_d2h(const ps_driver *d, ps_pool *pool, const ps_stage *stage, void *dst,
                               CUdeviceptr src, size_t bytes, CUstream stream, const ps_plan *plan,
                               int *in_flight, const char *caller) {
-    unsigned char *to = dst;
     schedule sch;
     make_schedule(&sch, bytes, chunk_bytes(bytes, plan));
-    size_t n = sch.n, chunk = sch.chunk;
-    const size_t ahead = PS_ENGINE_SLOTS - 1; /* DMAs queued ahead of the copy-out */
+    size_t n = sch.n;
     unsigned threads = plan_threads(pool, plan);
     pinstage_status s = PINSTAGE_SUCCESS;
-    split_copy copy;
+    flow f;
     ps_job job;
     *in_flight = 0;
 
-    for (size_t k = 0; k < n && k < ahead && !s; k++) s = d2h_chunk(d, stage, &sch, src, k, stream, caller);
-    for (size_t k = 0; k < n && !s; k++) {
-        size_t slot = k % PS_ENGINE_SLOTS;
-        if ((s = ps_wait_event(d, stage->events[slot], chunk_len(&sch, k), caller))) break;
-        host_copy_post(pool, &job, &copy, threads, 0, to + chunk_offset(&sch, k), stage->pinned + slot * chunk,
-                       chunk_len(&sch, k));
-        /* Into the slot chunk k-1 was copied out of. */
-        if (k + ahead < n) s = d2h_chunk(d, stage, &sch, src, k + ahead, stream, caller);
-        ps_pool_join(pool, &job);
+    flow_init(&f, &sch, stage->pinned, dst, 0, threads);
+    size_t queued = 0, opened = 0; /* chunks whose DMA is enqueued / whose blocks are open */
+    for (; queued < n && queued < PS_ENGINE_SLOTS && !s; queued++) s = d2h_chunk(d, stage, &sch, src, queued, stream, caller);
+    if (s) {
+        *in_flight = ps_drain(d, stage->events[0], stream);
+        return s;
     }
+    f.trace = ps_trace_begin(1, bytes, (unsigned)n);
+    for (size_t k = 0; k < queued; k++) ps_trace_chunk(f.trace, (unsigned)k, PS_TRACE_ENQUEUED);
+    ps_job_start(pool, &job, f.total, 0, threads - 1, flow_block, &f);
+    ps_trace_seats(f.trace, job.seats);
+    while (opened < n || ps_job_done(&job) < f.total) {
+        /* A chunk's blocks open once its DMA has landed. */
+        if (opened < queued) {
+            pinstage_status q = ps_query_event(d, stage->events[opened % PS_ENGINE_SLOTS], caller);
+            if (q == PINSTAGE_SUCCESS) {
+                ps_trace_chunk(f.trace, (unsigned)opened, PS_TRACE_LANDED);
+                ps_job_open(&job, first_block(&f, ++opened));
+                continue;
+            }
+            if (q != PINSTAGE_ERROR_NOT_READY) {
+                s = q;
+                break;
+            }
+        }
+        /* A slot copied out takes the next chunk's DMA. */
+        if (queued < n && chunk_copied(&f, queued - PS_ENGINE_SLOTS)) {
+            ps_trace_chunk(f.trace, (unsigned)(queued - PS_ENGINE_SLOTS), PS_TRACE_COPIED);
+            recount(&f, queued);
+            if ((s = d2h_chunk(d, stage, &sch, src, queued, stream, caller))) break;
+            ps_trace_chunk(f.trace, (unsigned)queued, PS_TRACE_ENQUEUED);
+            queued++;
+            continue;
+        }
+        if (!ps_job_help(&job)) cpu_pause();
+    }
+    if (s) ps_job_cancel(&job);
+    ps_job_finish(&job);
+    ps_trace_end(f.trace);
     if (s) *in_flight = ps_drain(d, stage->events[0], stream);
     return s;
 }

@@ -1,57 +1,72 @@
 /* SPDX-License-Identifier: MIT */
-/* The worker pool: threads that share a job's pieces with the caller.
+/* The worker pool: jobs of blocks claimed by whichever thread is running.
  *
  * Shared state and who may touch it:
- *  - `state` (atomic): the posted job as generation (48 bits) | piece count
- *    (16 bits), written only by the thread that owns `busy`, with seq_cst.
- *    Generations only grow (2^48 jobs: centuries at a million a second).
- *  - `pieces[i].claimed` / `.done` (atomics, one cache line per piece): the
- *    generation that claimed / finished piece i. Worker w owns pieces w,
- *    w + n, w + 2n...; the caller, when it joins, steals any piece still
- *    unclaimed. A claim is a CAS from an older generation to the job's, so
- *    each piece runs exactly once, and no two threads fight over one cache
- *    line in the common case (a shared claim counter cost microseconds per
- *    job on 16 cores). `done` is stored with release, read with acquire:
- *    the pieces' writes are visible when the caller's join returns.
- *  - `fn`, `arg`: written only by the `busy` owner before it publishes
- *    `state`, and only while no piece of the previous job is unfinished;
- *    read by a thread after it claimed a piece of the job, which cannot
- *    finish before that piece does, so they are the job's own.
- *  - `busy` (atomic flag): who owns the job slot. A transfer takes it with a
- *    test-and-set; resizing and shutdown wait for it.
- *  - `sleepers` (atomic) and `lock`/`wake`: parking. A worker increments
- *    sleepers (seq_cst) under `lock`, then re-reads `state`; a submitter
- *    stores `state` (seq_cst), then reads sleepers and, if any, broadcasts
- *    under `lock`. Either the worker sees the new job or the submitter sees
- *    the sleeper, so no wake-up is lost.
- *  - `planned` (atomic, relaxed): the worker count a transfer plans its
- *    pieces for, read without a lock on every transfer; a stale value only
- *    changes how many pieces a job has, never whether they all run.
- *  - `threads`, `nthreads`, `started`, `configured`: under `admin`, and
- *    changed only while `busy` is held, so no job runs while workers start
- *    or stop. Workers read `stop` and `spin_ns` atomically.
- * Idle workers spin for spin_ns after their last piece (a pipeline's next
- * chunk is microseconds away), then park on the condition variable: an idle
- * process uses no CPU. */
+ *  - `slots[i]` hold the posted jobs. A poster takes a free slot by a CAS of
+ *    `owned` from 0 to 1 and gives it back with a release store of 0 once
+ *    every claimed block is finished, so only one job lives in a slot.
+ *  - `state` (atomic): generation | final | next | limit. The owner
+ *    publishes a job by writing `fn`, `arg`, `max_seats` and `done`
+ *    (relaxed), then `seats` (release), then `state` with a new generation
+ *    (seq_cst). A block is claimed by a CAS that increments `next` while
+ *    next < limit and the generation is the one the claimer saw, so every
+ *    block runs exactly once and a thread that slept through a job's end
+ *    can never claim a block of the slot's next job. Only the owner raises
+ *    `limit` (ps_job_open) or lowers it to `next` (ps_job_cancel).
+ *  - `fn`, `arg` are read by a claimer after its successful claim (acquire):
+ *    the job cannot end before that block is done, so they are its job's.
+ *  - `done` (atomic): blocks finished, incremented with release after each
+ *    block; the owner reads it with acquire, so every block's writes are
+ *    visible when ps_job_finish returns. The owner resets it before
+ *    publishing; no claimer of an earlier job can still add to it.
+ *  - `seats` (atomic): generation | workers seated. A worker claims blocks
+ *    of a job only after a CAS that seats it (below `max_seats`), so a job
+ *    has at most max_seats workers besides its poster.
+ *  - `callers`, `posted`, `awake`, `parked`, `sleepers` (atomics): counts.
+ *    `callers`: threads inside a job (posted or not), `posted`: of those,
+ *    the ones that hold or are taking a slot; `awake`: workers not parked.
+ *  - Parking: a worker increments `sleepers` (seq_cst) under `lock`, then
+ *    rescans the slots; a poster stores `state` (seq_cst), then reads
+ *    `sleepers` and, if any, grants wake-up `tokens` and signals under
+ *    `lock`. Either the worker sees the job or the poster sees the sleeper,
+ *    so no wake-up is lost. `tokens` is under `lock`.
+ *  - `resizing` (atomic): set by set_threads/shutdown, which then wait for
+ *    `posted` to drop to 0; a poster increments `posted` (seq_cst) before it
+ *    reads `resizing`, so no job is posted while workers start or stop.
+ *    `threads`, `nthreads`, `configured` are under `admin`; `started` is
+ *    written under `admin` and read without it (atomic).
+ * A worker spins while a job it is seated in may still open blocks (the
+ * engine's next chunk is microseconds away), then for spin_ns after its
+ * last block, then parks: an idle process uses no CPU. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "cpus.h"
 #include "pool.h"
 #include "status.h"
 
 #define MAX_WORKERS 255u
+#define MAX_JOBS 16u
 #define DEFAULT_SPIN_NS 200000u /* 200 us */
 
-typedef struct {
-    _Alignas(64) _Atomic uint64_t claimed;
-    _Atomic uint64_t done;
-} piece_slot;
+/* The state word. */
+#define GEN_MASK 0x7fffffffu
+#define GEN(s) ((uint32_t)((s) >> 33) & GEN_MASK)
+#define FINAL(s) ((unsigned)((s) >> 32) & 1u)
+#define NEXT(s) ((unsigned)((s) >> 16) & 0xffffu)
+#define LIMIT(s) ((unsigned)(s)&0xffffu)
+#define PACK(gen, final, next, limit)                                                                \
+    (((uint64_t)((gen)&GEN_MASK) << 33) | ((uint64_t)((final) != 0) << 32) | ((uint64_t)(next) << 16) | \
+     (uint64_t)(limit))
+#define SEATS_GEN(w) ((uint32_t)((w) >> 32) & GEN_MASK)
+#define SEATS_PACK(gen, n) (((uint64_t)((gen)&GEN_MASK) << 32) | (uint64_t)(n))
 
 typedef struct {
     struct ps_pool *pool;
@@ -59,17 +74,18 @@ typedef struct {
 } worker_arg;
 
 struct ps_pool {
-    _Alignas(64) _Atomic uint64_t state;
-    _Alignas(64) _Atomic int busy;
-    _Atomic int stop;
-    _Atomic unsigned sleepers;
-    _Atomic unsigned parked; /* workers parked now: for pinstage_pool_get_info */
+    ps_job_slot slots[MAX_JOBS];
+    _Alignas(64) _Atomic int stop;
     _Atomic unsigned spin_ns;
-    _Atomic unsigned nworkers; /* running workers, for the piece owners */
-    _Atomic unsigned planned;  /* workers the pool runs when started; UINT32_MAX: not yet known */
-    ps_task_fn fn;
-    void *arg;
-    uint64_t generation; /* owned by the `busy` holder */
+    _Atomic unsigned callers;
+    _Atomic unsigned posted;
+    _Atomic unsigned awake;
+    _Atomic unsigned parked;
+    _Atomic unsigned sleepers;
+    _Atomic int resizing;
+    _Atomic int started;
+    _Atomic unsigned planned; /* workers when started; UINT32_MAX: not yet known */
+    unsigned tokens;          /* under lock */
     pthread_mutex_t lock;
     pthread_cond_t wake;
     pthread_mutex_t admin;
@@ -77,13 +93,7 @@ struct ps_pool {
     worker_arg args[MAX_WORKERS];
     unsigned nthreads;   /* running */
     unsigned configured; /* to start; UINT32_MAX: sized to the machine */
-    int started;
-    piece_slot pieces[PS_POOL_MAX_PIECES];
 };
-
-#define GEN(s) ((s) >> 16)
-#define COUNT(s) ((unsigned)((s)&0xffffu))
-#define PACK(gen, count) (((uint64_t)(gen) << 16) | (uint64_t)(count))
 
 static ps_pool global = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
@@ -110,146 +120,298 @@ static uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Runs piece i of job `gen` unless another thread claimed it. */
-static int try_run(ps_pool *p, unsigned i, uint64_t gen) {
-    piece_slot *slot = &p->pieces[i];
-    uint64_t v = atomic_load_explicit(&slot->claimed, memory_order_relaxed);
-    do {
-        if (v >= gen) return 0;
-    } while (!atomic_compare_exchange_weak_explicit(&slot->claimed, &v, gen, memory_order_acq_rel,
-                                                     memory_order_relaxed));
-    p->fn(p->arg, i);
-    atomic_store_explicit(&slot->done, gen, memory_order_release);
-    return 1;
+/* ---- Claiming ------------------------------------------------------------------- */
+
+/* Claims the next open block of job `gen` in `s`. */
+static int claim(ps_job_slot *s, uint32_t gen, unsigned *block) {
+    uint64_t v = atomic_load_explicit(&s->state, memory_order_acquire);
+    for (;;) {
+        if (GEN(v) != gen || NEXT(v) >= LIMIT(v)) return 0;
+        if (atomic_compare_exchange_weak_explicit(&s->state, &v, v + ((uint64_t)1 << 16), memory_order_acq_rel,
+                                                  memory_order_acquire)) {
+            *block = NEXT(v);
+            return 1;
+        }
+    }
 }
+
+static void run_block(ps_job_slot *s, unsigned block) {
+    ps_block_fn fn = atomic_load_explicit(&s->fn, memory_order_relaxed);
+    fn(atomic_load_explicit(&s->arg, memory_order_relaxed), block);
+    atomic_fetch_add_explicit(&s->done, 1, memory_order_release);
+}
+
+/* Runs open blocks of job `gen` until none is left open: how many ran. */
+static unsigned serve(ps_job_slot *s, uint32_t gen) {
+    unsigned block, ran = 0;
+    while (claim(s, gen, &block)) {
+        run_block(s, block);
+        ran++;
+    }
+    return ran;
+}
+
+static int take_seat(ps_job_slot *s, uint32_t gen) {
+    uint64_t w = atomic_load_explicit(&s->seats, memory_order_acquire);
+    for (;;) {
+        if (SEATS_GEN(w) != gen || (uint32_t)w >= atomic_load_explicit(&s->max_seats, memory_order_relaxed)) return 0;
+        if (atomic_compare_exchange_weak_explicit(&s->seats, &w, w + 1, memory_order_acq_rel, memory_order_acquire))
+            return 1;
+    }
+}
+
+/* A job a worker could take part in now: open blocks and a free seat. */
+static int seat_open(ps_job_slot *s, uint64_t v) {
+    if (NEXT(v) >= LIMIT(v)) return 0;
+    uint64_t w = atomic_load_explicit(&s->seats, memory_order_acquire);
+    return SEATS_GEN(w) == GEN(v) && (uint32_t)w < atomic_load_explicit(&s->max_seats, memory_order_relaxed);
+}
+
+/* ---- Workers -------------------------------------------------------------------- */
+
+static int any_seat_open(ps_pool *p) {
+    for (unsigned i = 0; i < MAX_JOBS; i++)
+        if (seat_open(&p->slots[i], atomic_load_explicit(&p->slots[i].state, memory_order_seq_cst))) return 1;
+    return 0;
+}
+
+static void park(ps_pool *p) {
+    pthread_mutex_lock(&p->lock);
+    atomic_fetch_add_explicit(&p->sleepers, 1, memory_order_seq_cst);
+    atomic_fetch_sub_explicit(&p->awake, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&p->parked, 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_seq_cst);
+    while (!atomic_load_explicit(&p->stop, memory_order_acquire) && !p->tokens && !any_seat_open(p))
+        pthread_cond_wait(&p->wake, &p->lock);
+    if (p->tokens) p->tokens--;
+    atomic_fetch_sub_explicit(&p->parked, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&p->awake, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&p->sleepers, 1, memory_order_seq_cst);
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* Wakes up to `n` parked workers. */
+static void wake(ps_pool *p, unsigned n) {
+    atomic_thread_fence(memory_order_seq_cst);
+    if (!n || !atomic_load_explicit(&p->sleepers, memory_order_seq_cst)) return;
+    pthread_mutex_lock(&p->lock);
+    unsigned sleeping = atomic_load_explicit(&p->sleepers, memory_order_relaxed);
+    unsigned spare = sleeping > p->tokens ? sleeping - p->tokens : 0;
+    if (n > spare) n = spare;
+    p->tokens += n;
+    for (unsigned i = 0; i < n; i++) pthread_cond_signal(&p->wake);
+    pthread_mutex_unlock(&p->lock);
+}
+
+static _Thread_local unsigned thread_index;
+
+unsigned ps_pool_thread_index(void) { return thread_index; }
 
 static void *worker_main(void *arg) {
     worker_arg *a = arg;
     ps_pool *p = a->pool;
-    uint64_t seen = atomic_load_explicit(&p->state, memory_order_acquire);
+    thread_index = a->index + 1;
+    uint32_t seated[MAX_JOBS]; /* the generation seated in per slot; 0: none (generations start at 1) */
+    memset(seated, 0, sizeof seated);
     uint64_t idle_since = now_ns();
     unsigned polls = 0;
     while (!atomic_load_explicit(&p->stop, memory_order_acquire)) {
-        uint64_t s = atomic_load_explicit(&p->state, memory_order_acquire);
-        if (s != seen) {
-            unsigned n = atomic_load_explicit(&p->nworkers, memory_order_relaxed);
-            seen = s;
-            for (unsigned i = a->index; i < COUNT(s); i += n) try_run(p, i, GEN(s));
+        unsigned ran = 0;
+        int live = 0;
+        for (unsigned j = 0; j < MAX_JOBS; j++) {
+            unsigned i = (j + a->index) % MAX_JOBS;
+            ps_job_slot *s = &p->slots[i];
+            uint64_t v = atomic_load_explicit(&s->state, memory_order_acquire);
+            uint32_t gen = GEN(v);
+            if (NEXT(v) < LIMIT(v) && (seated[i] == gen || take_seat(s, gen))) {
+                seated[i] = gen;
+                ran += serve(s, gen);
+                v = atomic_load_explicit(&s->state, memory_order_acquire);
+            }
+            /* Seated in a job that may still open blocks: stay awake for it. */
+            if (seated[i] && seated[i] == GEN(v) && !(FINAL(v) && NEXT(v) >= LIMIT(v))) live = 1;
+        }
+        if (ran) {
             idle_since = now_ns();
+            polls = 0;
             continue;
         }
         /* Reading the clock every poll would slow the poll; every 64th is enough. */
-        if ((++polls & 63u) || now_ns() - idle_since < atomic_load_explicit(&p->spin_ns, memory_order_relaxed)) {
+        if (live || (++polls & 63u) ||
+            now_ns() - idle_since < atomic_load_explicit(&p->spin_ns, memory_order_relaxed)) {
             cpu_relax();
             continue;
         }
-        pthread_mutex_lock(&p->lock);
-        atomic_fetch_add_explicit(&p->sleepers, 1, memory_order_seq_cst);
-        atomic_fetch_add_explicit(&p->parked, 1, memory_order_relaxed);
-        while (!atomic_load_explicit(&p->stop, memory_order_seq_cst) &&
-               atomic_load_explicit(&p->state, memory_order_seq_cst) == seen)
-            pthread_cond_wait(&p->wake, &p->lock);
-        atomic_fetch_sub_explicit(&p->parked, 1, memory_order_relaxed);
-        atomic_fetch_sub_explicit(&p->sleepers, 1, memory_order_seq_cst);
-        pthread_mutex_unlock(&p->lock);
+        park(p);
         idle_since = now_ns();
     }
+    atomic_fetch_sub_explicit(&p->awake, 1, memory_order_relaxed);
     return NULL;
 }
 
+/* One worker per CPU this process may use, less one for the calling thread,
+ * and on machines of 8 CPUs or more one more for the driver's own threads
+ * and the rest of the program. */
 static unsigned machine_workers(void) {
-    long cpus = 0;
-#ifdef CPU_COUNT
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) cpus = CPU_COUNT(&set);
-#endif
-    if (cpus <= 0) cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    if (cpus <= 1) return 0;
-    return cpus - 1 > (long)MAX_WORKERS ? MAX_WORKERS : (unsigned)(cpus - 1);
+    unsigned cpus = ps_cpus_usable();
+    unsigned workers = cpus > 1 ? cpus - 1 : 0;
+    if (cpus >= 8) workers--;
+    return workers > MAX_WORKERS ? MAX_WORKERS : workers;
 }
 
-/* admin held and busy owned. */
+/* admin held, no job posted. */
 static void start_locked(ps_pool *p) {
     unsigned want = p->configured == UINT32_MAX ? machine_workers() : p->configured;
     atomic_store_explicit(&p->stop, 0, memory_order_release);
     p->nthreads = 0;
     for (unsigned i = 0; i < want; i++) {
         p->args[i] = (worker_arg){p, i};
-        if (pthread_create(&p->threads[i], NULL, worker_main, &p->args[i]) != 0) break;
+        atomic_fetch_add_explicit(&p->awake, 1, memory_order_relaxed);
+        if (pthread_create(&p->threads[i], NULL, worker_main, &p->args[i]) != 0) {
+            atomic_fetch_sub_explicit(&p->awake, 1, memory_order_relaxed);
+            break;
+        }
         p->nthreads++;
-        /* Workers started so far own the pieces: a worker that failed to
-         * start leaves none unowned (and the caller steals any anyway). */
-        atomic_store_explicit(&p->nworkers, p->nthreads, memory_order_relaxed);
     }
-    p->started = 1;
+    atomic_store_explicit(&p->started, 1, memory_order_release);
 }
 
-/* admin held and busy owned. */
+/* admin held, no job posted. */
 static void stop_locked(ps_pool *p) {
-    if (!p->started) return;
+    if (!atomic_load_explicit(&p->started, memory_order_acquire)) return;
     atomic_store_explicit(&p->stop, 1, memory_order_seq_cst);
     pthread_mutex_lock(&p->lock);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->lock);
     for (unsigned i = 0; i < p->nthreads; i++) pthread_join(p->threads[i], NULL);
     p->nthreads = 0;
-    p->started = 0;
+    p->tokens = 0;
+    atomic_store_explicit(&p->started, 0, memory_order_release);
 }
 
-static void acquire_busy(ps_pool *p) {
-    while (atomic_exchange_explicit(&p->busy, 1, memory_order_acquire)) {
-        struct timespec ts = {0, 50000};
-        nanosleep(&ts, NULL);
-    }
+/* ---- Jobs --------------------------------------------------------------------- */
+
+/* Workers a new job may have: what it asks, no more than run, and no more
+ * than the CPUs left free by other threads and by the posters of every job
+ * in progress, shared among those posters. */
+static unsigned seats_for(ps_pool *p, unsigned helpers) {
+    unsigned workers = ps_pool_workers(p);
+    if (helpers > workers) helpers = workers;
+    if (!helpers) return 0;
+    unsigned callers = atomic_load_explicit(&p->callers, memory_order_relaxed);
+    unsigned awake = atomic_load_explicit(&p->awake, memory_order_relaxed);
+    if (!callers) callers = 1;
+    long free_cpus = (long)ps_cpus_usable() - (long)ps_cpus_busy_elsewhere(callers + awake) - (long)callers;
+    long share = free_cpus > 0 ? free_cpus / (long)callers : 0;
+    return share < (long)helpers ? (unsigned)share : helpers;
 }
 
-static void release_busy(ps_pool *p) { atomic_store_explicit(&p->busy, 0, memory_order_release); }
-
-void ps_pool_post(ps_pool *p, ps_job *job, unsigned count, ps_task_fn fn, void *arg) {
-    if (count > PS_POOL_MAX_PIECES) count = PS_POOL_MAX_PIECES;
-    job->posted = 0;
-    job->count = count;
-    if (count <= 1 || atomic_exchange_explicit(&p->busy, 1, memory_order_acquire)) {
-        for (unsigned i = 0; i < count; i++) fn(arg, i);
-        return;
-    }
-    if (!p->started) {
+/* A slot for a new job, or NULL (resizing, no workers, all slots in use). */
+static ps_job_slot *take_slot(ps_pool *p) {
+    atomic_fetch_add_explicit(&p->posted, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&p->resizing, memory_order_seq_cst)) goto none;
+    if (!atomic_load_explicit(&p->started, memory_order_acquire)) {
         pthread_mutex_lock(&p->admin);
-        start_locked(p);
+        if (!atomic_load_explicit(&p->started, memory_order_relaxed)) start_locked(p);
         pthread_mutex_unlock(&p->admin);
     }
-    if (p->nthreads == 0) {
-        release_busy(p);
-        for (unsigned i = 0; i < count; i++) fn(arg, i);
-        return;
+    for (unsigned i = 0; i < MAX_JOBS; i++) {
+        int expected = 0;
+        if (atomic_compare_exchange_strong_explicit(&p->slots[i].owned, &expected, 1, memory_order_acquire,
+                                                    memory_order_relaxed))
+            return &p->slots[i];
     }
-    p->fn = fn;
-    p->arg = arg;
-    p->generation++;
-    atomic_store_explicit(&p->state, PACK(p->generation, count), memory_order_seq_cst);
-    if (atomic_load_explicit(&p->sleepers, memory_order_seq_cst)) {
-        pthread_mutex_lock(&p->lock);
-        pthread_cond_broadcast(&p->wake);
-        pthread_mutex_unlock(&p->lock);
-    }
-    job->posted = 1;
+none:
+    atomic_fetch_sub_explicit(&p->posted, 1, memory_order_seq_cst);
+    return NULL;
 }
 
-void ps_pool_join(ps_pool *p, ps_job *job) {
-    if (!job->posted) return;
-    uint64_t gen = p->generation;
-    /* Steal what no worker has started, then wait for the rest. */
-    for (unsigned i = job->count; i-- > 0;) try_run(p, i, gen);
-    for (unsigned i = 0; i < job->count; i++)
-        while (atomic_load_explicit(&p->pieces[i].done, memory_order_acquire) != gen) cpu_relax();
-    job->posted = 0;
-    release_busy(p);
+void ps_job_start(ps_pool *p, ps_job *job, size_t count, size_t limit, unsigned helpers, ps_block_fn fn,
+                  void *arg) {
+    if (count > PS_JOB_MAX_BLOCKS) count = PS_JOB_MAX_BLOCKS;
+    if (limit > count) limit = count;
+    job->pool = p;
+    job->count = count;
+    atomic_fetch_add_explicit(&p->callers, 1, memory_order_relaxed);
+    job->seats = count > 1 ? seats_for(p, helpers) : 0;
+    job->slot = job->seats ? take_slot(p) : NULL;
+    if (!job->slot) {
+        job->seats = 0;
+        job->slot = &job->local;
+        atomic_init(&job->local.state, 0);
+    }
+    ps_job_slot *s = job->slot;
+    uint32_t gen = (GEN(atomic_load_explicit(&s->state, memory_order_relaxed)) + 1) & GEN_MASK;
+    if (!gen) gen = 1; /* 0 means "not seated" to the workers */
+    atomic_store_explicit(&s->fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&s->arg, arg, memory_order_relaxed);
+    atomic_store_explicit(&s->max_seats, job->seats, memory_order_relaxed);
+    atomic_store_explicit(&s->done, 0, memory_order_relaxed);
+    atomic_store_explicit(&s->seats, SEATS_PACK(gen, 0), memory_order_release);
+    atomic_store_explicit(&s->state, PACK(gen, limit == count, 0, limit), memory_order_seq_cst);
+    if (s != &job->local && limit) wake(p, job->seats);
 }
 
-void ps_pool_run(ps_pool *p, unsigned count, ps_task_fn fn, void *arg) {
+void ps_job_open(ps_job *job, size_t limit) {
+    ps_job_slot *s = job->slot;
+    if (limit > job->count) limit = job->count;
+    uint64_t v = atomic_load_explicit(&s->state, memory_order_relaxed), to;
+    do {
+        if (LIMIT(v) >= limit || FINAL(v)) return;
+        to = PACK(GEN(v), limit == job->count, NEXT(v), limit);
+    } while (!atomic_compare_exchange_weak_explicit(&s->state, &v, to, memory_order_seq_cst, memory_order_relaxed));
+    /* Seated workers are spinning for it; parked ones wake if seats are free. */
+    if (s != &job->local) {
+        uint64_t w = atomic_load_explicit(&s->seats, memory_order_relaxed);
+        if ((uint32_t)w < job->seats) wake(job->pool, job->seats - (uint32_t)w);
+    }
+}
+
+int ps_job_help(ps_job *job) {
+    unsigned block;
+    ps_job_slot *s = job->slot;
+    if (!claim(s, GEN(atomic_load_explicit(&s->state, memory_order_relaxed)), &block)) return 0;
+    run_block(s, block);
+    return 1;
+}
+
+size_t ps_job_done(ps_job *job) { return atomic_load_explicit(&job->slot->done, memory_order_acquire); }
+
+void ps_job_cancel(ps_job *job) {
+    ps_job_slot *s = job->slot;
+    uint64_t v = atomic_load_explicit(&s->state, memory_order_relaxed), to;
+    do {
+        to = PACK(GEN(v), 1, NEXT(v), NEXT(v));
+    } while (!atomic_compare_exchange_weak_explicit(&s->state, &v, to, memory_order_seq_cst, memory_order_relaxed));
+}
+
+void ps_job_finish(ps_job *job) {
+    ps_pool *p = job->pool;
+    ps_job_slot *s = job->slot;
+    ps_job_open(job, job->count);
+    while (ps_job_help(job)) {
+    }
+    /* Nothing is open now; wait for the blocks other threads are running.
+     * A worker that lost its CPU mid-block gets it back sooner if this
+     * thread yields now and then. */
+    unsigned claimed = NEXT(atomic_load_explicit(&s->state, memory_order_acquire));
+    for (unsigned spins = 0; atomic_load_explicit(&s->done, memory_order_acquire) < claimed; spins++) {
+        if (spins % 4096 == 4095)
+            sched_yield();
+        else
+            cpu_relax();
+    }
+    if (s != &job->local) {
+        atomic_store_explicit(&s->owned, 0, memory_order_release);
+        atomic_fetch_sub_explicit(&p->posted, 1, memory_order_seq_cst);
+    }
+    atomic_fetch_sub_explicit(&p->callers, 1, memory_order_relaxed);
+}
+
+void ps_pool_run(ps_pool *p, size_t count, unsigned helpers, ps_block_fn fn, void *arg) {
     ps_job job;
-    ps_pool_post(p, &job, count, fn, arg);
-    ps_pool_join(p, &job);
+    ps_job_start(p, &job, count, count, helpers, fn, arg);
+    ps_job_finish(&job);
 }
 
 unsigned ps_pool_workers(ps_pool *p) {
@@ -265,29 +427,40 @@ unsigned ps_pool_workers(ps_pool *p) {
 
 /* ---- Public control ------------------------------------------------------------ */
 
+/* Blocks new posts and waits until no job is posted; then admin is taken. */
+static void begin_resize(ps_pool *p) {
+    atomic_store_explicit(&p->resizing, 1, memory_order_seq_cst);
+    while (atomic_load_explicit(&p->posted, memory_order_seq_cst)) {
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+    }
+    pthread_mutex_lock(&p->admin);
+}
+
+static void end_resize(ps_pool *p) {
+    pthread_mutex_unlock(&p->admin);
+    atomic_store_explicit(&p->resizing, 0, memory_order_seq_cst);
+}
+
 pinstage_status pinstage_pool_set_threads(unsigned workers) {
     ps_pool *p = &global;
     if (workers != PINSTAGE_POOL_AUTO && workers > MAX_WORKERS)
         return ps_fail(PINSTAGE_ERROR_INVALID_VALUE,
                        "pinstage_pool_set_threads: workers=%u; at most %u (or PINSTAGE_POOL_AUTO)", workers,
                        MAX_WORKERS);
-    acquire_busy(p);
-    pthread_mutex_lock(&p->admin);
+    begin_resize(p);
     stop_locked(p);
     p->configured = workers == PINSTAGE_POOL_AUTO ? UINT32_MAX : workers;
     atomic_store_explicit(&p->planned, UINT32_MAX, memory_order_relaxed);
-    pthread_mutex_unlock(&p->admin);
-    release_busy(p);
+    end_resize(p);
     return PINSTAGE_SUCCESS;
 }
 
 void pinstage_pool_shutdown(void) {
     ps_pool *p = &global;
-    acquire_busy(p);
-    pthread_mutex_lock(&p->admin);
+    begin_resize(p);
     stop_locked(p);
-    pthread_mutex_unlock(&p->admin);
-    release_busy(p);
+    end_resize(p);
 }
 
 void pinstage_pool_set_spin_us(unsigned spin_us) {
@@ -300,7 +473,7 @@ void pinstage_pool_get_info(pinstage_pool_info *info) {
     if (!info) return;
     pthread_mutex_lock(&p->admin);
     info->workers = p->configured == UINT32_MAX ? machine_workers() : p->configured;
-    info->running = p->started ? p->nthreads : 0;
+    info->running = atomic_load_explicit(&p->started, memory_order_relaxed) ? p->nthreads : 0;
     pthread_mutex_unlock(&p->admin);
     info->parked = atomic_load_explicit(&p->parked, memory_order_relaxed);
     info->spin_us = atomic_load_explicit(&p->spin_ns, memory_order_relaxed) / 1000u;
@@ -310,22 +483,33 @@ void pinstage_pool_get_info(pinstage_pool_info *info) {
  * parent's threads: it starts its own on first use. */
 __attribute__((destructor)) static void pool_at_exit(void) {
     ps_pool *p = &global;
-    if (atomic_exchange_explicit(&p->busy, 1, memory_order_acquire)) return; /* a transfer is running */
+    atomic_store_explicit(&p->resizing, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&p->posted, memory_order_seq_cst)) return; /* a transfer is running */
     pthread_mutex_lock(&p->admin);
     stop_locked(p);
     pthread_mutex_unlock(&p->admin);
-    release_busy(p);
+    atomic_store_explicit(&p->resizing, 0, memory_order_seq_cst);
 }
 
 static void before_fork(void) { pthread_mutex_lock(&global.admin); }
 static void after_fork_parent(void) { pthread_mutex_unlock(&global.admin); }
 static void after_fork_child(void) {
-    global.started = 0;
+    /* The parent's jobs and workers do not exist here. */
+    for (unsigned i = 0; i < MAX_JOBS; i++) {
+        ps_job_slot *s = &global.slots[i];
+        uint64_t v = atomic_load(&s->state);
+        atomic_store(&s->state, PACK(GEN(v), 1, 0, 0));
+        atomic_store(&s->owned, 0);
+    }
+    atomic_store(&global.started, 0);
     global.nthreads = 0;
-    atomic_store(&global.nworkers, 0);
+    global.tokens = 0;
+    atomic_store(&global.callers, 0);
+    atomic_store(&global.posted, 0);
+    atomic_store(&global.awake, 0);
     atomic_store(&global.sleepers, 0);
     atomic_store(&global.parked, 0);
-    atomic_store(&global.busy, 0);
+    atomic_store(&global.resizing, 0);
     pthread_mutex_init(&global.lock, NULL);
     pthread_cond_init(&global.wake, NULL);
     pthread_mutex_unlock(&global.admin);

@@ -1,46 +1,89 @@
 /* SPDX-License-Identifier: MIT */
-/* Worker threads that split one piece of work (a chunk's host copy) with the
- * calling thread. No CUDA in here: the pool only runs functions.
+/* Worker threads that share jobs with the threads that post them. No CUDA
+ * in here: the pool only runs functions.
  *
- * One job at a time per pool: a caller that finds the pool busy (another
- * thread's transfer) runs its whole job itself rather than wait. The pool is
- * an object, so one pool per NUMA node with threads bound to a GPU's local
- * CPUs can sit beside the process-wide one later. */
+ * A job is `count` blocks, fn(arg, i) for each. Blocks are claimed one at a
+ * time by whichever thread is running: the poster (it helps while it waits)
+ * and any worker that holds one of the job's seats. So a descheduled thread
+ * holds at most the one block it is copying, never a fixed share of the
+ * job. A job may open its blocks gradually (`limit`): the copy engine opens
+ * a chunk's blocks once the slot they go into is free, and workers keep
+ * claiming across chunks without a barrier between them.
+ *
+ * Several jobs may be posted at once (transfers on different threads): the
+ * workers spread over them. How many workers a job may have (its seats) is
+ * capped so that the posters and the workers together never outnumber the
+ * CPUs that are free: the CPUs this process may use (affinity, cgroup
+ * quota) less what other threads keep busy (see cpus.h). */
 #ifndef PINSTAGE_POOL_H
 #define PINSTAGE_POOL_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #include "pinstage.h"
 
 typedef struct ps_pool ps_pool;
 
-/* fn(arg, i) for one piece i of a job. */
-typedef void (*ps_task_fn)(void *arg, unsigned index);
+/* Runs block `block` of a job. */
+typedef void (*ps_block_fn)(void *arg, size_t block);
+
+/* Most blocks one job may have. */
+#define PS_JOB_MAX_BLOCKS 65535u
+
+/* Where a job's claim state lives: one of the pool's slots while posted,
+ * else the job's own (the poster runs every block). */
+typedef struct ps_job_slot {
+    /* generation:31 | final:1 | next:16 | limit:16. `final`: limit is count. */
+    _Alignas(64) _Atomic uint64_t state;
+    _Atomic uint64_t seats; /* generation:32 | workers seated:32 */
+    _Atomic uint32_t max_seats;
+    _Alignas(64) _Atomic uint32_t done; /* blocks finished */
+    _Atomic(ps_block_fn) fn;
+    _Atomic(void *) arg;
+    _Atomic int owned; /* a poster holds the slot */
+} ps_job_slot;
+
+typedef struct ps_job {
+    ps_pool *pool;
+    ps_job_slot *slot; /* &local when not posted */
+    size_t count;
+    unsigned seats; /* workers it may have */
+    ps_job_slot local;
+} ps_job;
 
 /* The process-wide pool (workers start on first use). */
 ps_pool *ps_pool_default(void);
 
-/* A job handed to the pool, until joined. */
-typedef struct ps_job {
-    int posted; /* 0: it already ran on the calling thread */
-    unsigned count;
-} ps_job;
+/* Starts a job of `count` blocks (at most PS_JOB_MAX_BLOCKS) of which the
+ * first `limit` may be claimed now, with at most `helpers` workers besides
+ * the calling thread (capped by the CPUs free now). Never fails: without a
+ * worker to spare the caller runs every block itself, in ps_job_help and
+ * ps_job_finish. `arg` must stay valid until ps_job_finish returns. */
+void ps_job_start(ps_pool *pool, ps_job *job, size_t count, size_t limit, unsigned helpers, ps_block_fn fn,
+                  void *arg);
+/* Lets blocks below `limit` be claimed (limits only grow). */
+void ps_job_open(ps_job *job, size_t limit);
+/* Claims and runs one open block on the calling thread: 1 if it ran one. */
+int ps_job_help(ps_job *job);
+/* Blocks finished so far (their writes are visible to the caller). */
+size_t ps_job_done(ps_job *job);
+/* No block is claimed any more (after a failure): ps_job_finish then waits
+ * only for blocks already running. */
+void ps_job_cancel(ps_job *job);
+/* Opens every block (unless cancelled), runs the unclaimed ones, waits for
+ * those other threads are running and gives the slot back. */
+void ps_job_finish(ps_job *job);
 
-/* Starts fn(arg, i) for every i in [0, count) on the pool's workers and
- * returns at once, so the caller can make driver calls meanwhile; `arg`
- * must stay valid until ps_pool_join. Never fails: without workers (none
- * configured, the pool busy with another thread's job, threads that cannot
- * be started) the caller runs every piece itself, here. */
-void ps_pool_post(ps_pool *pool, ps_job *job, unsigned count, ps_task_fn fn, void *arg);
-/* Helps with the job's unclaimed pieces, then waits for all of them. */
-void ps_pool_join(ps_pool *pool, ps_job *job);
-/* post + join. */
-void ps_pool_run(ps_pool *pool, unsigned count, ps_task_fn fn, void *arg);
+/* start + finish with every block open. */
+void ps_pool_run(ps_pool *pool, size_t count, unsigned helpers, ps_block_fn fn, void *arg);
+
+/* 1 + the worker's number on a worker thread, 0 on any other (traces). */
+unsigned ps_pool_thread_index(void);
 
 /* Worker threads the pool runs when started (configured, not necessarily
  * running yet). */
 unsigned ps_pool_workers(ps_pool *pool);
-
-/* Pieces a job may have: at most this many threads share one. */
-#define PS_POOL_MAX_PIECES 256u
 
 #endif

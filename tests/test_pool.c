@@ -1,50 +1,246 @@
 /* SPDX-License-Identifier: MIT */
-/* The worker pool: every piece of every job runs exactly once, from many
- * threads at once; start, resize, idle, shutdown; an idle pool uses no CPU. */
+/* The worker pool: every block of every job runs exactly once, from many
+ * threads at once; jobs that open their blocks gradually; a worker that
+ * stalls mid-block holds that block and nothing else; several jobs from
+ * several threads share the workers; seats never outnumber the free CPUs;
+ * start, resize, idle, shutdown; an idle pool uses no CPU. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <time.h>
 
 #include "check.h"
+#include "cpus.h"
 #include "pool.h"
 
-#define JOBS 20000
-
-static _Atomic unsigned runs[PS_POOL_MAX_PIECES];
-
-static void count_piece(void *arg, unsigned i) {
-    unsigned *seen = arg;
-    seen[i]++; /* a plain write: two threads on one piece would race (TSan) */
-    atomic_fetch_add_explicit(&runs[i], 1, memory_order_relaxed);
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static void every_piece_runs_exactly_once(void) {
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+static void spin_us(double us) {
+    double until = now_s() + us / 1e6;
+    while (now_s() < until) {
+    }
+}
+
+/* ---- Exactly once ------------------------------------------------------------------ */
+
+#define MAX_TEST_BLOCKS 4096
+
+typedef struct {
+    unsigned seen[MAX_TEST_BLOCKS]; /* plain writes: two threads on one block would race (TSan) */
+    _Atomic unsigned by_worker[MAX_TEST_BLOCKS];
+} tally;
+
+static void count_block(void *arg, size_t i) {
+    tally *t = arg;
+    t->seen[i]++;
+    if (ps_pool_thread_index()) atomic_fetch_add_explicit(&t->by_worker[i], 1, memory_order_relaxed);
+}
+
+static tally *new_tally(void) { return calloc(1, sizeof(tally)); }
+
+static void every_block_runs_exactly_once(void) {
     ps_pool *pool = ps_pool_default();
-    unsigned seen[PS_POOL_MAX_PIECES];
-    unsigned counts[] = {1, 2, 3, 7, 16, 17, 64, PS_POOL_MAX_PIECES};
-    for (int j = 0; j < JOBS; j++) {
-        unsigned count = counts[j % 8];
-        memset(seen, 0, sizeof seen);
-        ps_pool_run(pool, count, count_piece, seen);
-        for (unsigned i = 0; i < count; i++)
-            if (seen[i] != 1) {
-                CHECK_EQ(seen[i], 1);
+    tally *t = new_tally();
+    size_t counts[] = {1, 2, 3, 7, 16, 17, 64, 255, 1000, MAX_TEST_BLOCKS};
+    unsigned by_workers = 0;
+    for (int j = 0; j < 4000; j++) {
+        size_t count = counts[j % 10];
+        memset(t->seen, 0, sizeof t->seen);
+        for (size_t i = 0; i < count; i++) atomic_store(&t->by_worker[i], 0);
+        ps_pool_run(pool, count, ps_pool_workers(pool), count_block, t);
+        for (size_t i = 0; i < count; i++) {
+            if (t->seen[i] != 1) {
+                CHECK_EQ(t->seen[i], 1);
+                free(t);
                 return;
             }
+            by_workers += atomic_load(&t->by_worker[i]);
+        }
+    }
+    /* The workers took part (on one CPU the free-CPU cap may leave them out). */
+    if (ps_cpus_usable() > 2) CHECK(by_workers > 0);
+    printf("#   blocks run by workers: %u\n", by_workers);
+    free(t);
+}
+
+/* A job whose blocks open in steps, as the engine opens chunks: nothing
+ * beyond the limit runs, and every block below it does. */
+typedef struct {
+    _Atomic size_t highest; /* 1 + the highest block run */
+    unsigned seen[MAX_TEST_BLOCKS];
+} streaming;
+
+static void stream_block(void *arg, size_t i) {
+    streaming *s = arg;
+    s->seen[i]++;
+    size_t v = atomic_load(&s->highest);
+    while (v < i + 1 && !atomic_compare_exchange_weak(&s->highest, &v, i + 1)) {
     }
 }
 
-/* Posted jobs let the caller work meanwhile; the join sees every write. */
-static void post_then_join(void) {
+static void blocks_open_gradually(void) {
     ps_pool *pool = ps_pool_default();
-    unsigned seen[PS_POOL_MAX_PIECES];
-    for (int j = 0; j < 2000; j++) {
+    streaming *s = calloc(1, sizeof *s);
+    for (int round = 0; round < 200; round++) {
+        memset(s->seen, 0, sizeof s->seen);
+        atomic_store(&s->highest, 0);
         ps_job job;
-        memset(seen, 0, sizeof seen);
-        ps_pool_post(pool, &job, 40, count_piece, seen);
-        ps_pool_join(pool, &job);
-        for (unsigned i = 0; i < 40; i++) CHECK_EQ(seen[i], 1);
+        size_t count = 1024, step = 64 + (size_t)round % 37;
+        ps_job_start(pool, &job, count, step, ps_pool_workers(pool), stream_block, s);
+        for (size_t limit = step; limit < count; limit += step) {
+            /* Every open block finishes; none beyond the limit starts. */
+            while (ps_job_done(&job) < limit) ps_job_help(&job);
+            CHECK(atomic_load(&s->highest) <= limit);
+            ps_job_open(&job, limit + step);
+        }
+        ps_job_finish(&job);
+        CHECK_EQ(ps_job_done(&job), count);
+        for (size_t i = 0; i < count; i++)
+            if (s->seen[i] != 1) {
+                CHECK_EQ(s->seen[i], 1);
+                break;
+            }
     }
+    free(s);
+}
+
+/* A cancelled job runs no more blocks; the finish waits for those running. */
+static void cancel_stops_claims(void) {
+    ps_pool *pool = ps_pool_default();
+    streaming *s = calloc(1, sizeof *s);
+    ps_job job;
+    ps_job_start(pool, &job, 1000, 100, ps_pool_workers(pool), stream_block, s);
+    while (ps_job_done(&job) < 100) ps_job_help(&job);
+    ps_job_cancel(&job);
+    ps_job_open(&job, 1000); /* refused: cancelled */
+    ps_job_finish(&job);
+    CHECK_EQ(ps_job_done(&job), 100);
+    CHECK(atomic_load(&s->highest) <= 100);
+    free(s);
+}
+
+/* ---- A worker that stalls mid-block ------------------------------------------------ */
+
+typedef struct {
+    _Atomic int stalled;       /* a worker is inside the stalled block */
+    _Atomic int release_stall; /* the test lets it go */
+    _Atomic size_t stall_block;
+    unsigned seen[MAX_TEST_BLOCKS];
+} stall_job;
+
+static void stalling_block(void *arg, size_t i) {
+    stall_job *j = arg;
+    j->seen[i]++;
+    /* The first block a worker runs stalls until released: a worker that
+     * lost its CPU. */
+    int expected = 0;
+    if (ps_pool_thread_index() && atomic_compare_exchange_strong(&j->stalled, &expected, 1)) {
+        atomic_store(&j->stall_block, i);
+        while (!atomic_load(&j->release_stall)) sched_yield();
+    }
+}
+
+static void stalled_worker_holds_one_block(void) {
+    ps_pool *pool = ps_pool_default();
+    if (ps_pool_workers(pool) == 0 || ps_cpus_usable() < 2) {
+        printf("#   skipped: no workers on this machine\n");
+        return;
+    }
+    stall_job *j = calloc(1, sizeof *j);
+    ps_job job;
+    size_t count = 2000;
+    ps_job_start(pool, &job, count, 400, ps_pool_workers(pool), stalling_block, j);
+    double give_up = now_s() + 10;
+    /* The caller keeps working until a worker has stalled in a block. */
+    while (!atomic_load(&j->stalled) && now_s() < give_up) {
+        if (!ps_job_help(&job)) sched_yield();
+    }
+    if (!atomic_load(&j->stalled)) {
+        /* No worker got a seat or a block (a loaded machine): nothing to stall. */
+        printf("#   no worker took a block; stall not exercised\n");
+        ps_job_finish(&job);
+        free(j);
+        return;
+    }
+    /* Every other block, opened or opened later, still gets done while the
+     * stalled one is held. */
+    ps_job_open(&job, count);
+    while (ps_job_done(&job) < count - 1 && now_s() < give_up) {
+        if (!ps_job_help(&job)) sched_yield();
+    }
+    CHECK_EQ(ps_job_done(&job), count - 1);
+    size_t held = atomic_load(&j->stall_block);
+    atomic_store(&j->release_stall, 1);
+    ps_job_finish(&job);
+    CHECK_EQ(ps_job_done(&job), count);
+    for (size_t i = 0; i < count; i++)
+        if (j->seen[i] != 1) {
+            CHECK_EQ(j->seen[i], 1);
+            break;
+        }
+    printf("#   block %zu was held by a stalled worker while the other %zu finished\n", held, count - 1);
+    free(j);
+}
+
+/* ---- Several jobs at once ---------------------------------------------------------- */
+
+typedef struct {
+    int id;
+    int failures;
+    unsigned worker_blocks;
+} poster_arg;
+
+typedef struct {
+    unsigned seen[512];
+    _Atomic unsigned workers_ran;
+} slow_job;
+
+static void slow_block(void *arg, size_t i) {
+    slow_job *j = arg;
+    j->seen[i]++;
+    if (ps_pool_thread_index()) atomic_fetch_add(&j->workers_ran, 1);
+    spin_us(20);
+}
+
+static void *poster(void *p) {
+    poster_arg *a = p;
+    ps_pool *pool = ps_pool_default();
+    slow_job *j = calloc(1, sizeof *j);
+    for (int round = 0; round < 30; round++) {
+        memset(j->seen, 0, sizeof j->seen);
+        ps_pool_run(pool, 512, ps_pool_workers(pool), slow_block, j);
+        for (int i = 0; i < 512; i++)
+            if (j->seen[i] != 1) a->failures++;
+    }
+    a->worker_blocks = atomic_load(&j->workers_ran);
+    free(j);
+    return NULL;
+}
+
+static void several_jobs_share_the_workers(void) {
+    enum { POSTERS = 4 };
+    pthread_t t[POSTERS];
+    poster_arg args[POSTERS];
+    for (int i = 0; i < POSTERS; i++) {
+        args[i] = (poster_arg){i, 0, 0};
+        pthread_create(&t[i], NULL, poster, &args[i]);
+    }
+    unsigned helped = 0;
+    for (int i = 0; i < POSTERS; i++) {
+        pthread_join(t[i], NULL);
+        CHECK_EQ(args[i].failures, 0);
+        helped += args[i].worker_blocks > 0;
+    }
+    printf("#   jobs that workers helped: %u of %d\n", helped, POSTERS);
 }
 
 typedef struct {
@@ -52,8 +248,8 @@ typedef struct {
     int failures;
 } hammer_arg;
 
-/* Distinct buffers and streams on many threads at once share the pool (a
- * thread that finds it busy copies alone): every byte must arrive. */
+/* Distinct buffers and streams on many threads at once share the pool:
+ * every byte must arrive. */
 static void *hammer(void *p) {
     hammer_arg *a = p;
     size_t bytes = (size_t)(150 + a->id * 37) * 1024;
@@ -97,6 +293,86 @@ static void threads_share_the_pool(void) {
     }
 }
 
+/* ---- Seats never outnumber the free CPUs ----------------------------------------- */
+
+static _Atomic unsigned fake_runnable;
+static unsigned fake_probe(void) { return atomic_load(&fake_runnable); }
+
+typedef struct {
+    _Atomic unsigned mask_lo, mask_hi; /* which threads ran blocks: bit 0 the caller */
+    unsigned seen[2048];
+} who_job;
+
+static void who_block(void *arg, size_t i) {
+    who_job *j = arg;
+    j->seen[i]++;
+    unsigned t = ps_pool_thread_index();
+    if (t < 32)
+        atomic_fetch_or(&j->mask_lo, 1u << t);
+    else if (t < 64)
+        atomic_fetch_or(&j->mask_hi, 1u << (t - 32));
+    spin_us(5);
+}
+
+static void wait_parked(void) {
+    pinstage_pool_info info;
+    double give_up = now_s() + 5;
+    do {
+        sleep_ms(1);
+        pinstage_pool_get_info(&info);
+    } while (info.parked < info.running && now_s() < give_up);
+}
+
+static unsigned bits(unsigned v) { return (unsigned)__builtin_popcount(v); }
+
+static void seats_follow_free_cpus(void) {
+    ps_pool *pool = ps_pool_default();
+    /* An 8-CPU process: 6 workers (one CPU for the caller, one for the driver). */
+    ps_cpus_set_usable(8);
+    CHECK_OK(pinstage_pool_set_threads(PINSTAGE_POOL_AUTO));
+    CHECK_EQ(ps_pool_workers(pool), 6);
+    ps_cpus_set_probe(fake_probe);
+    who_job *j = calloc(1, sizeof *j);
+    struct {
+        unsigned elsewhere, most_seats;
+    } cases[] = {{0, 6}, {3, 4}, {6, 1}, {7, 0}, {20, 0}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        /* The probe counts every runnable thread, ours included: the caller. */
+        atomic_store(&fake_runnable, cases[c].elsewhere + 1);
+        ps_job job;
+        memset(j->seen, 0, sizeof j->seen);
+        atomic_store(&j->mask_lo, 0);
+        atomic_store(&j->mask_hi, 0);
+        wait_parked(); /* the probe's count holds no worker of ours */
+        ps_job_start(pool, &job, 2048, 2048, 100, who_block, j);
+        unsigned seats = job.seats;
+        ps_job_finish(&job);
+        CHECK(seats <= cases[c].most_seats);
+        /* Threads that ran blocks: the caller and at most `seats` workers. */
+        unsigned threads = bits(atomic_load(&j->mask_lo)) + bits(atomic_load(&j->mask_hi));
+        CHECK(threads <= seats + 1);
+        for (int i = 0; i < 2048; i++) CHECK_EQ(j->seen[i], 1);
+        printf("#   %u threads busy elsewhere: %u seats, %u threads ran blocks\n", cases[c].elsewhere, seats,
+               threads);
+    }
+    /* Two posters at once on 8 free CPUs share them: at most 3 seats each. */
+    atomic_store(&fake_runnable, 0);
+    ps_job a, b;
+    who_job *j2 = calloc(1, sizeof *j2);
+    ps_job_start(pool, &a, 2048, 0, 100, who_block, j);
+    ps_job_start(pool, &b, 2048, 0, 100, who_block, j2);
+    CHECK(b.seats <= 3);
+    ps_job_finish(&b);
+    ps_job_finish(&a);
+    free(j2);
+    free(j);
+    ps_cpus_set_probe(NULL);
+    ps_cpus_set_usable(0);
+    CHECK_OK(pinstage_pool_set_threads(PINSTAGE_POOL_AUTO));
+}
+
+/* ---- Start, resize, idle, shutdown ------------------------------------------------ */
+
 static void engine_transfer(void) {
     size_t bytes = 512 * 1024;
     pinstage_buffer *buf;
@@ -124,11 +400,6 @@ static double cpu_seconds(void) {
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
-    nanosleep(&ts, NULL);
-}
-
 static void start_resize_idle_shutdown(void) {
     pinstage_pool_info info;
     CHECK_OK(pinstage_pool_set_threads(3));
@@ -137,16 +408,18 @@ static void start_resize_idle_shutdown(void) {
     CHECK_EQ(info.running, 0); /* started on first need */
     engine_transfer();
     pinstage_pool_get_info(&info);
-    CHECK_EQ(info.running, 3);
+    /* Started, unless the machine had no CPU to spare for a seat. */
+    CHECK(info.running == 3 || ps_cpus_usable() <= 2);
 
     /* Idle: after the spin, every worker parks and the process uses no CPU. */
     pinstage_pool_set_spin_us(1000);
     pinstage_pool_get_info(&info);
     CHECK_EQ(info.spin_us, 1000);
+    ps_pool_run(ps_pool_default(), 64, 3, count_block, new_tally()); /* starts them for sure */
     engine_transfer();
     sleep_ms(100);
     pinstage_pool_get_info(&info);
-    CHECK_EQ(info.parked, 3);
+    CHECK_EQ(info.parked, info.running);
     double cpu = cpu_seconds();
     sleep_ms(300);
     double used = cpu_seconds() - cpu;
@@ -158,12 +431,19 @@ static void start_resize_idle_shutdown(void) {
     pinstage_pool_get_info(&info);
     CHECK_EQ(info.running, 0);
     CHECK_EQ(info.workers, 1);
-    engine_transfer();
+    tally *t = new_tally();
+    ps_pool_run(ps_pool_default(), 64, 1, count_block, t);
     pinstage_pool_get_info(&info);
-    CHECK_EQ(info.running, 1);
+    CHECK(info.running <= 1);
 
-    /* Zero workers: the caller copies alone. */
+    /* Zero workers: the caller runs every block. */
     CHECK_OK(pinstage_pool_set_threads(0));
+    memset(t, 0, sizeof *t);
+    ps_pool_run(ps_pool_default(), 300, 10, count_block, t);
+    for (int i = 0; i < 300; i++) {
+        CHECK_EQ(t->seen[i], 1);
+        CHECK_EQ(atomic_load(&t->by_worker[i]), 0);
+    }
     engine_transfer();
     pinstage_pool_get_info(&info);
     CHECK_EQ(info.running, 0);
@@ -171,24 +451,64 @@ static void start_resize_idle_shutdown(void) {
     CHECK_STATUS(pinstage_pool_set_threads(256), PINSTAGE_ERROR_INVALID_VALUE);
     CHECK_MESSAGE("at most 255");
 
-    /* Shutdown joins the workers; the next transfer starts them again. */
+    /* Shutdown joins the workers; the next job starts them again. */
     CHECK_OK(pinstage_pool_set_threads(PINSTAGE_POOL_AUTO));
     engine_transfer();
     pinstage_pool_shutdown();
     pinstage_pool_get_info(&info);
     CHECK_EQ(info.running, 0);
-    engine_transfer();
+    ps_pool_run(ps_pool_default(), 64, 100, count_block, t);
     pinstage_pool_get_info(&info);
-    CHECK_EQ(info.running, info.workers);
+    CHECK(info.running == info.workers || ps_cpus_usable() <= 2);
     pinstage_pool_set_spin_us(200);
+    free(t);
+}
+
+/* Resizing while other threads post jobs: every job completes, no block
+ * runs twice, and no worker outlives the resize. */
+static _Atomic int resize_done;
+
+static void *keep_posting(void *arg) {
+    int *failures = arg;
+    tally *t = new_tally();
+    while (!atomic_load(&resize_done)) {
+        memset(t->seen, 0, sizeof t->seen);
+        ps_pool_run(ps_pool_default(), 200, 8, count_block, t);
+        for (int i = 0; i < 200; i++)
+            if (t->seen[i] != 1) (*failures)++;
+    }
+    free(t);
+    return NULL;
+}
+
+static void resize_while_posting(void) {
+    pthread_t t[3];
+    int failures[3] = {0};
+    atomic_store(&resize_done, 0);
+    for (int i = 0; i < 3; i++) pthread_create(&t[i], NULL, keep_posting, &failures[i]);
+    for (int round = 0; round < 20; round++) {
+        CHECK_OK(pinstage_pool_set_threads((unsigned)(round % 4)));
+        sleep_ms(2);
+    }
+    atomic_store(&resize_done, 1);
+    for (int i = 0; i < 3; i++) {
+        pthread_join(t[i], NULL);
+        CHECK_EQ(failures[i], 0);
+    }
+    CHECK_OK(pinstage_pool_set_threads(PINSTAGE_POOL_AUTO));
 }
 
 int main(void) {
     test_setup();
     pinstage_emu_live before = live_now();
-    RUN(every_piece_runs_exactly_once);
-    RUN(post_then_join);
+    RUN(every_block_runs_exactly_once);
+    RUN(blocks_open_gradually);
+    RUN(cancel_stops_claims);
+    RUN(stalled_worker_holds_one_block);
+    RUN(several_jobs_share_the_workers);
     RUN(threads_share_the_pool);
+    RUN(seats_follow_free_cpus);
+    RUN(resize_while_posting);
     RUN(start_resize_idle_shutdown);
     check_current_test = "no_leaks";
     CHECK_NO_LEAK(before);
