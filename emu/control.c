@@ -73,12 +73,18 @@ static void set_timing_locked(double latency_us, double bandwidth_gbps) {
     emu.bytes_per_ns = bandwidth_gbps > 0 ? bandwidth_gbps : 1e9; /* GB/s == bytes/ns */
 }
 
+static void set_host_rates_locked(double pageable_gbps, double pinned_gbps) {
+    emu.pageable_ns_per_byte = pageable_gbps > 0 ? 1 / pageable_gbps : 0;
+    emu.pinned_bytes_per_ns = pinned_gbps > 0 ? pinned_gbps : 0;
+}
+
 static pthread_once_t configured = PTHREAD_ONCE_INIT;
 
 static void configure_once(void) {
     pthread_mutex_lock(&emu.lock);
     set_timing_locked(env_double("PINSTAGE_EMU_LATENCY_US", 20),
                       env_double("PINSTAGE_EMU_BANDWIDTH_GBPS", 4));
+    set_host_rates_locked(env_double("PINSTAGE_EMU_PAGEABLE_GBPS", 0), env_double("PINSTAGE_EMU_PINNED_GBPS", 0));
     emu.devices = (int)env_double("PINSTAGE_EMU_DEVICES", 1);
     if (emu.devices < 0) emu.devices = 0;
     emu.device_limit = (size_t)env_double("PINSTAGE_EMU_DEVICE_BYTES", 8.0 * (1ull << 30));
@@ -210,6 +216,13 @@ EMU_EXPORT void pinstage_emu_set_timing(double latency_us, double bandwidth_gbps
     emu_configure();
     pthread_mutex_lock(&emu.lock);
     set_timing_locked(latency_us, bandwidth_gbps);
+    pthread_mutex_unlock(&emu.lock);
+}
+
+EMU_EXPORT void pinstage_emu_set_host_rates(double pageable_gbps, double pinned_gbps) {
+    emu_configure();
+    pthread_mutex_lock(&emu.lock);
+    set_host_rates_locked(pageable_gbps, pinned_gbps);
     pthread_mutex_unlock(&emu.lock);
 }
 

@@ -39,6 +39,7 @@ typedef struct emu_op {
     size_t bytes;
     unsigned char value;
     void *staging; /* a pageable source copied at call time; freed after the op */
+    int pinned_host; /* a copy to or from page-locked host memory (its own DMA rate) */
     CUhostFn fn;
     void *user_data;
     emu_dep deps[8];
@@ -88,6 +89,8 @@ typedef struct emu_state {
     /* configuration */
     double latency_ns;
     double bytes_per_ns;
+    double pinned_bytes_per_ns;   /* DMA to or from page-locked host memory; 0: bytes_per_ns */
+    double pageable_ns_per_byte;  /* the driver staging pageable memory, on the calling thread */
     int devices;
     size_t device_limit, pinned_limit, pinned_align;
     /* counting and faults */

@@ -8,6 +8,12 @@
  *
  *   PINSTAGE_EMU_LATENCY_US     fixed cost of every queued operation (default 20)
  *   PINSTAGE_EMU_BANDWIDTH_GBPS copy and memset rate, 1e9 bytes/s (default 4)
+ *   PINSTAGE_EMU_PINNED_GBPS    the rate of copies to or from page-locked host
+ *                               memory (default: the rate above)
+ *   PINSTAGE_EMU_PAGEABLE_GBPS  the rate at which the driver stages pageable host
+ *                               memory, spent on the calling thread (default:
+ *                               no cost); with the one above, either route of
+ *                               an upload or download can be made the slow one
  *   PINSTAGE_EMU_DEVICES        number of devices (default 1)
  *   PINSTAGE_EMU_DEVICE_BYTES   device memory per process (default 8 GiB)
  *   PINSTAGE_EMU_PINNED_BYTES   pinnable host memory (default 4 GiB)
@@ -64,6 +70,8 @@ void pinstage_emu_get_live(pinstage_emu_live *live);
 
 /* Timing of queued operations: latency per operation plus bytes over bandwidth. */
 void pinstage_emu_set_timing(double latency_us, double bandwidth_gbps);
+/* PINSTAGE_EMU_PAGEABLE_GBPS and PINSTAGE_EMU_PINNED_GBPS at run time (0: the defaults). */
+void pinstage_emu_set_host_rates(double pageable_gbps, double pinned_gbps);
 /* PINSTAGE_EMU_INLINE, switched at run time. */
 void pinstage_emu_set_inline(int on);
 /* Alignment of later pinned allocations; 0 restores page alignment. */

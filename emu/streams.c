@@ -156,6 +156,7 @@ static void *worker_main(void *arg) {
         emu_op *op = s->head;
         while (!deps_done(op)) pthread_cond_wait(&emu.changed, &emu.lock);
         double latency = emu.latency_ns, rate = emu.bytes_per_ns;
+        if (op->pinned_host && emu.pinned_bytes_per_ns > 0) rate = emu.pinned_bytes_per_ns;
         pthread_mutex_unlock(&emu.lock);
         take_time(op, latency, rate);
         if (op->kind == EMU_OP_HOST_FN) op->fn(op->user_data);
@@ -229,6 +230,9 @@ static CUresult copy(direction dir, void *host_dst, const void *host_src, CUdevi
     op->bytes = bytes;
     int host_pinned = dir == DEVICE_TO_DEVICE ||
                       emu_is_pinned(dir == TO_DEVICE ? host_src : host_dst, bytes);
+    op->pinned_host = host_pinned && dir != DEVICE_TO_DEVICE;
+    /* The driver's own staging of pageable memory costs the calling thread. */
+    double staging_ns = host_pinned ? 0 : emu.pageable_ns_per_byte * (double)bytes;
     int wait = 0;
     if (dir == TO_DEVICE && !host_pinned) {
         /* The driver stages pageable sources before returning. */
@@ -250,6 +254,11 @@ static CUresult copy(direction dir, void *host_dst, const void *host_src, CUdevi
     uint64_t seq = emu_enqueue(s, op);
     if (wait) emu_wait(s, seq);
     pthread_mutex_unlock(&emu.lock);
+    if (staging_ns > 0) {
+        struct timespec ts = {(time_t)(staging_ns / 1e9), (long)((uint64_t)staging_ns % 1000000000u)};
+        while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
+        }
+    }
     return CUDA_SUCCESS;
 }
 

@@ -381,6 +381,10 @@ typedef struct pinstage_stats {
                                     limit, refused) and took the driver's pageable path */
     uint64_t release_failures;   /* cuMemFreeHost calls the driver refused; the block is
                                     orphaned and released later (see pinstage_buffer_free) */
+    uint64_t route_probes;       /* upload/download that took the other route to measure it
+                                    (see "Adapting the route to load") */
+    uint64_t route_overrides;    /* upload/download that left the profile's route because the
+                                    other measured faster in recent transfers */
 } pinstage_stats;
 
 /* Creates an empty buffer: nothing is pinned until the first transfer or
@@ -765,6 +769,62 @@ PINSTAGE_API pinstage_status pinstage_profile_set_default(const pinstage_profile
 PINSTAGE_API void pinstage_profile_free(pinstage_profile *profile);
 /* Gives the buffer its own copy of `profile` (NULL: follow the default). */
 PINSTAGE_API pinstage_status pinstage_buffer_set_profile(pinstage_buffer *buf, const pinstage_profile *profile);
+
+/* ---- Adapting the route to load ------------------------------------------ */
+
+/* A profile is measured once, on an idle machine; a pipeline's process is
+ * rarely idle. Under CPU load the copy engine's threads take turns with the
+ * program's own; under memory load they share its bandwidth; either can make
+ * the driver's pageable path the faster one. So upload / download of
+ * pageable memory keep, per direction and size class, the time each side of
+ * the choice took in recent transfers (the median of the last 8, per byte;
+ * a time older than 10 s is forgotten): the profile's route, and its
+ * counterpart across the pageable / pinned-memory divide (the pageable path
+ * for a staging route; the profile's staging route for the pageable one).
+ * The faster one (by at least 5%) takes the transfer. The other is taken
+ * now and then to keep its estimate fresh: every 4th transfer of the class
+ * while it has no estimate, then every 16th, backing off to every 128th
+ * while it keeps measuring over 1.5x slower, but at least every 250 ms of
+ * a class in use; one that beats the route taken is tried again at once, so
+ * a change of load turns the choice within a few transfers of being seen.
+ * Those transfers are counted in
+ * stats.route_probes; transfers that left the profile's route because the
+ * other measured faster in stats.route_overrides. A transfer that had to pin
+ * memory first is not counted as a measurement.
+ *
+ * Adaptation applies to buffers that follow a measured or the built-in
+ * profile with no threshold set (PINSTAGE_AUTO_STAGE_PROFILE); a fixed
+ * profile or an explicit threshold means what it says. The estimates are
+ * process-wide, as load is. For reproducible timing turn it off:
+ * pinstage_set_adaptive(0), PINSTAGE_ADAPTIVE=0 in the environment, or per
+ * buffer pinstage_buffer_set_adaptive(buf, 0). */
+
+/* Process-wide switch (default: on, unless PINSTAGE_ADAPTIVE=0). */
+PINSTAGE_API void pinstage_set_adaptive(int on);
+/* Per buffer (default 1): 0 makes it follow its profile alone. */
+PINSTAGE_API void pinstage_buffer_set_adaptive(pinstage_buffer *buf, int on);
+/* Forgets every estimate (the next transfers follow the profiles again). */
+PINSTAGE_API void pinstage_route_reset(void);
+
+#define PINSTAGE_ADAPT_PROFILE 0  /* no transfer of this class yet: the profile's route */
+#define PINSTAGE_ADAPT_PAGEABLE 1 /* the pageable route is taken now */
+#define PINSTAGE_ADAPT_STAGING 2  /* the route through pinned memory is taken now */
+
+typedef struct pinstage_route_info {
+    int adaptive;              /* adaptation is on, process-wide */
+    int chosen;                /* PINSTAGE_ADAPT_*: the side transfers of this class take now */
+    double pageable_us;        /* recent median time of the pageable route for `bytes`; 0: none */
+    double staging_us;         /* the same through pinned memory */
+    unsigned pageable_samples; /* recent transfers behind each estimate (at most 8) */
+    unsigned staging_samples;
+    uint64_t switches;         /* times the side taken changed */
+    uint64_t probes;           /* transfers that took the other side to measure it */
+} pinstage_route_info;
+
+/* What adaptation knows of transfers of `bytes` in direction `dir` (their
+ * size class). INVALID_VALUE for a NULL info, bytes 0 or an unknown dir. */
+PINSTAGE_API pinstage_status pinstage_route_get_info(pinstage_direction dir, size_t bytes,
+                                                     pinstage_route_info *info);
 
 /* ---- The worker pool ----------------------------------------------------- */
 

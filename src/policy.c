@@ -10,8 +10,7 @@
 #include "policy.h"
 #include "status.h"
 
-/* The size class of `bytes`. */
-static unsigned size_class(size_t bytes) {
+unsigned ps_size_class(size_t bytes) {
     if (bytes <= ((size_t)1 << PS_CLASS_MIN_LOG2)) return 0;
     unsigned log2 = 63u - (unsigned)__builtin_clzll((unsigned long long)bytes);
     double r = (double)bytes / (double)((size_t)1 << log2); /* in [1, 2) */
@@ -38,7 +37,7 @@ static ps_plan scaled(ps_plan plan, size_t bytes, unsigned cls) {
 }
 
 ps_plan ps_choose_plan(const pinstage_profile *profile, ps_direction dir, size_t bytes, size_t threshold) {
-    unsigned cls = size_class(bytes);
+    unsigned cls = ps_size_class(bytes);
     const ps_class_plan *c = &profile->classes[dir][cls];
     ps_plan plan = threshold == PINSTAGE_AUTO_STAGE_PROFILE ? c->best
                    : bytes > threshold                       ? (ps_plan){PINSTAGE_ROUTE_PAGEABLE, 0, 0}

@@ -45,6 +45,9 @@ struct pinstage_profile {
     ps_class_plan classes[2][PS_CLASSES];
 };
 
+/* The size class of `bytes`. */
+unsigned ps_size_class(size_t bytes);
+
 /* The size in bytes of class `cls`. */
 size_t ps_class_bytes(unsigned cls);
 

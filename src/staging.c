@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "adapt.h"
 #include "copy.h"
 #include "devbuf.h"
 #include "engine.h"
@@ -22,6 +23,7 @@ struct pinstage_buffer {
     int have_events;
     int in_call;              /* a call on this buffer is running (re-entry from a fill) */
     int strict;               /* no pageable fallback when pinning fails */
+    int adaptive;             /* follows what recent transfers achieved (adapt.c) */
     size_t pinned_limit;      /* this buffer's cap on its capacity; SIZE_MAX: none */
     size_t auto_stage_max_bytes;
     pinstage_profile *profile; /* the buffer's own copy; NULL: the default */
@@ -50,6 +52,7 @@ pinstage_status pinstage_buffer_create(pinstage_buffer **out) {
     if (!*out) return ps_fail(PINSTAGE_ERROR_OUT_OF_MEMORY, "pinstage_buffer_create: out of host memory");
     (*out)->auto_stage_max_bytes = PINSTAGE_AUTO_STAGE_PROFILE;
     (*out)->pinned_limit = SIZE_MAX;
+    (*out)->adaptive = 1;
     return PINSTAGE_SUCCESS;
 }
 
@@ -118,6 +121,10 @@ void pinstage_buffer_set_pinned_limit(pinstage_buffer *buf, size_t bytes) {
 
 void pinstage_buffer_set_strict(pinstage_buffer *buf, int strict) {
     if (buf) buf->strict = strict != 0;
+}
+
+void pinstage_buffer_set_adaptive(pinstage_buffer *buf, int on) {
+    if (buf) buf->adaptive = on != 0;
 }
 
 pinstage_status pinstage_buffer_set_profile(pinstage_buffer *buf, const pinstage_profile *profile) {
@@ -381,12 +388,14 @@ static pinstage_status pageable_copy(const transfer *t, int *refused) {
 }
 
 /* Staged by one copy or the engine. Sets *unpinnable when the failure was
- * getting pinned memory at all (the caller may then fall back). */
-static pinstage_status engine_copy(const transfer *t, const ps_plan *plan, int *unpinnable) {
+ * getting pinned memory at all (the caller may then fall back), *pinned
+ * when the transfer had to pin a block first (its time is no measurement). */
+static pinstage_status engine_copy(const transfer *t, const ps_plan *plan, int *unpinnable, int *pinned) {
     pinstage_buffer *buf = t->buf;
     pinning p;
     pinstage_status s = pin(buf, t->d, ps_engine_footprint(t->bytes, plan), 1, &p, t->caller);
     *unpinnable = s == PINSTAGE_ERROR_OUT_OF_MEMORY;
+    *pinned = p.fresh.ptr != NULL;
     if (s) return s;
     ps_stage stage = {pinned_ptr(buf, &p), buf->events};
     int in_flight = 0;
@@ -399,12 +408,36 @@ static pinstage_status engine_copy(const transfer *t, const ps_plan *plan, int *
     return s;
 }
 
+/* Whether the buffer's route follows recent transfers (adapt.c): a fixed
+ * profile or an explicit threshold means what it says. */
+static int adapts(const pinstage_buffer *buf, const pinstage_profile *profile) {
+    return buf->adaptive && buf->auto_stage_max_bytes == PINSTAGE_AUTO_STAGE_PROFILE &&
+           profile->origin != PINSTAGE_PROFILE_FIXED && ps_adapt_enabled();
+}
+
+/* A transfer that went as picked: the counters, and its time for adapt.c. */
+static void picked(pinstage_buffer *buf, const transfer *t, const ps_adapt_pick *pick, int route, uint64_t start) {
+    buf->stats.route_probes += pick->probe;
+    buf->stats.route_overrides += pick->overridden;
+    if (start) ps_adapt_record(t->dir, t->bytes, route, ps_adapt_now_ns() - start);
+}
+
+/* Uploads this small to the pageable route are not asked whether their
+ * memory is page-locked. */
+#define UNASKED_MAX ((size_t)64 << 10)
+
 static pinstage_status move(transfer *t) {
     pinstage_buffer *buf = t->buf;
     pinstage_status s = ensure_events(buf, t->d, t->caller);
     if (s) return s;
     const pinstage_profile *profile = buf->profile ? buf->profile : ps_profile_default();
-    ps_host_kind kind = ps_host_kind_of(t->d, t->host, t->bytes);
+    ps_plan plan = ps_choose_plan(profile, t->dir, t->bytes, buf->auto_stage_max_bytes);
+    /* The driver's pageable copy moves page-locked memory by DMA as well, so
+     * a small upload it takes (a few KiB, where a tenth of a microsecond
+     * counts) skips the question. */
+    ps_host_kind kind = t->dir == PS_H2D && plan.route == PINSTAGE_ROUTE_PAGEABLE && t->bytes <= UNASKED_MAX
+                            ? PS_HOST_PAGEABLE
+                            : ps_host_kind_of(t->d, t->host, t->bytes);
     int refused = 0;
     if (kind == PS_HOST_PINNED) {
         s = pinned_host_copy(t, &refused);
@@ -414,19 +447,31 @@ static pinstage_status move(transfer *t) {
         }
         kind = PS_HOST_PARTLY_PINNED; /* e.g. two adjacent registrations */
     }
-    ps_plan plan = ps_choose_plan(profile, t->dir, t->bytes, buf->auto_stage_max_bytes);
+    ps_adapt_pick pick = {plan, 0, 0};
+    uint64_t start = 0;
+    if (kind == PS_HOST_PAGEABLE && adapts(buf, profile)) {
+        ps_plan other = plan.route == PINSTAGE_ROUTE_PAGEABLE ? ps_choose_plan(profile, t->dir, t->bytes, SIZE_MAX)
+                                                              : (ps_plan){PINSTAGE_ROUTE_PAGEABLE, 0, 0};
+        pick = ps_adapt_choose(t->dir, t->bytes, plan, other);
+        plan = pick.plan;
+        start = ps_adapt_now_ns();
+    }
     if (plan.route == PINSTAGE_ROUTE_PAGEABLE && kind == PS_HOST_PAGEABLE) {
         s = pageable_copy(t, &refused);
         if (!refused) {
-            if (!s) buf->stats.pageable_transfers++;
+            if (!s) {
+                buf->stats.pageable_transfers++;
+                picked(buf, t, &pick, PINSTAGE_ROUTE_PAGEABLE, start);
+            }
             return s;
         }
+        start = 0; /* staged below for a reason of its own */
     }
     /* Staged: by choice, or because the driver does not take the range. */
     int tried_pageable = plan.route == PINSTAGE_ROUTE_PAGEABLE && kind == PS_HOST_PAGEABLE;
     if (plan.route == PINSTAGE_ROUTE_PAGEABLE) plan = ps_choose_plan(profile, t->dir, t->bytes, SIZE_MAX);
-    int unpinnable = 0;
-    if ((s = engine_copy(t, &plan, &unpinnable))) {
+    int unpinnable = 0, pinned = 0;
+    if ((s = engine_copy(t, &plan, &unpinnable, &pinned))) {
         /* No pinned memory to be had (a limit, a container's locked-memory
          * cap): the driver's pageable path still works, unless told not to. */
         if (!unpinnable || buf->strict || tried_pageable || kind != PS_HOST_PAGEABLE) return s;
@@ -437,6 +482,7 @@ static pinstage_status move(transfer *t) {
     }
     buf->stats.staged_transfers++;
     buf->stats.engine_transfers += plan.route == PINSTAGE_ROUTE_ENGINE;
+    picked(buf, t, &pick, plan.route, pinned || tried_pageable ? 0 : start);
     return PINSTAGE_SUCCESS;
 }
 

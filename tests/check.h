@@ -94,6 +94,7 @@ typedef struct test_emu {
     void (*set_timing)(double, double);
     void (*set_pinned_alignment)(size_t);
     void (*set_inline)(int);
+    void (*set_host_rates)(double, double);
 } test_emu;
 
 static test_emu emu_api;
@@ -143,6 +144,7 @@ static inline void test_setup(void) {
         *(void **)&emu_api.set_timing = dlsym(h, "pinstage_emu_set_timing");
         *(void **)&emu_api.set_pinned_alignment = dlsym(h, "pinstage_emu_set_pinned_alignment");
         *(void **)&emu_api.set_inline = dlsym(h, "pinstage_emu_set_inline");
+        *(void **)&emu_api.set_host_rates = dlsym(h, "pinstage_emu_set_host_rates");
         emu = &emu_api;
     }
     REQUIRE_OK(pinstage_context_init(0));

@@ -275,6 +275,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     if (pinstage_context_init(0) || pinstage_stream_create(&stream, PINSTAGE_STREAM_NON_BLOCKING))
         die("no context", __LINE__);
     pinstage_pool_set_threads(0); /* one thread: reproducible, and fast to start */
+    pinstage_set_adaptive(0);     /* the model predicts each transfer's route from the profile */
     return 0;
 }
 

@@ -1,0 +1,218 @@
+/* SPDX-License-Identifier: MIT */
+/* Route choice from what recent transfers achieved. One lock guards the
+ * table: a transfer holds it for well under a microsecond, twice. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "adapt.h"
+#include "status.h"
+
+/* Recent transfers kept per route and class; the estimate is their median. */
+#define SAMPLES 8
+/* Fewer samples than this newer than FRESH_NS: no estimate. */
+#define MIN_SAMPLES 3
+#define FRESH_NS 10000000000ull
+/* The other route must be this much faster to take over (hysteresis). */
+#define MARGIN 0.95f
+/* Probes of the route not taken: every PROBE_EVERY transfers of the class,
+ * every STALE_PROBE_EVERY while it has no estimate, up to every
+ * PROBE_EVERY_MAX while it keeps measuring far slower, but at least every
+ * PROBE_INTERVAL_NS of a busy class, so a change of load is seen within a
+ * fraction of a second. */
+#define PROBE_EVERY 16u
+#define STALE_PROBE_EVERY 4u
+#define PROBE_EVERY_MAX 128u
+#define PROBE_INTERVAL_NS 250000000ull
+
+typedef struct {
+    float per_byte[SAMPLES]; /* ns per byte */
+    uint64_t at[SAMPLES];    /* when, ns */
+    unsigned count, next;
+} samples;
+
+typedef struct {
+    samples side[2]; /* 0: the pageable route; 1: through pinned memory (staged or engine) */
+    int chosen;      /* side taken now; -1: the profile's */
+    unsigned since_probe, probe_every;
+    uint64_t last_probe; /* ns */
+    unsigned wins;       /* probes in a row that beat the route taken */
+    uint64_t switches, probes;
+} class_state;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static class_state table[2][PS_CLASSES];
+static int table_ready;
+
+/* -1: not yet read from the environment. */
+static _Atomic int enabled = -1;
+
+uint64_t ps_adapt_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int ps_adapt_enabled(void) {
+    int on = atomic_load_explicit(&enabled, memory_order_relaxed);
+    if (on >= 0) return on;
+    const char *env = getenv("PINSTAGE_ADAPTIVE");
+    on = !(env && env[0] == '0' && env[1] == 0);
+    int expected = -1;
+    atomic_compare_exchange_strong(&enabled, &expected, on); /* pinstage_set_adaptive may have run first */
+    return atomic_load_explicit(&enabled, memory_order_relaxed);
+}
+
+void pinstage_set_adaptive(int on) { atomic_store_explicit(&enabled, on != 0, memory_order_relaxed); }
+
+static int side_of(int route) { return route != PINSTAGE_ROUTE_PAGEABLE; }
+
+/* lock held */
+static void ready(void) {
+    if (table_ready) return;
+    for (int d = 0; d < 2; d++)
+        for (unsigned c = 0; c < PS_CLASSES; c++) {
+            table[d][c].chosen = -1;
+            table[d][c].probe_every = PROBE_EVERY;
+        }
+    table_ready = 1;
+}
+
+/* The median ns per byte of the fresh samples, or 0 when too few are. */
+static float estimate(const samples *s, uint64_t now) {
+    float v[SAMPLES];
+    unsigned n = 0;
+    for (unsigned i = 0; i < s->count; i++)
+        if (now - s->at[i] <= FRESH_NS) v[n++] = s->per_byte[i];
+    if (n < MIN_SAMPLES) return 0;
+    for (unsigned i = 1; i < n; i++)
+        for (unsigned j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            float t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Drops all but the newest `n` samples. */
+static void keep_newest(samples *s, unsigned n) {
+    samples kept;
+    memset(&kept, 0, sizeof kept);
+    for (unsigned i = 0; i < n && i < s->count; i++) {
+        unsigned from = (s->next + SAMPLES - n + i) % SAMPLES;
+        kept.per_byte[i] = s->per_byte[from];
+        kept.at[i] = s->at[from];
+    }
+    kept.count = n < s->count ? n : s->count;
+    kept.next = kept.count % SAMPLES;
+    *s = kept;
+}
+
+static unsigned fresh(const samples *s, uint64_t now) {
+    unsigned n = 0;
+    for (unsigned i = 0; i < s->count; i++) n += now - s->at[i] <= FRESH_NS;
+    return n;
+}
+
+ps_adapt_pick ps_adapt_choose(ps_direction dir, size_t bytes, ps_plan profiled, ps_plan other) {
+    ps_adapt_pick pick = {profiled, 0, 0};
+    if (!ps_adapt_enabled() || side_of(profiled.route) == side_of(other.route)) return pick;
+    uint64_t now = ps_adapt_now_ns();
+    int profile_side = side_of(profiled.route);
+    pthread_mutex_lock(&lock);
+    ready();
+    class_state *c = &table[dir][ps_size_class(bytes)];
+    float e[2] = {estimate(&c->side[0], now), estimate(&c->side[1], now)};
+    int want = c->chosen < 0 ? profile_side : c->chosen;
+    if (e[0] > 0 && e[1] > 0) {
+        int faster = e[0] < e[1] ? 0 : 1;
+        if (faster != want && e[faster] < e[want] * MARGIN) want = faster;
+    } else if (want != profile_side && e[want] <= 0) {
+        want = profile_side; /* the evidence is gone: back to the profile */
+    }
+    if (c->chosen >= 0 && want != c->chosen) c->switches++;
+    if (c->chosen < 0 && want != profile_side) c->switches++;
+    c->chosen = want;
+    int probe_side = !want;
+    unsigned every = e[probe_side] > 0 ? c->probe_every : STALE_PROBE_EVERY;
+    ++c->since_probe;
+    if (c->since_probe >= every || (c->since_probe >= STALE_PROBE_EVERY && now - c->last_probe > PROBE_INTERVAL_NS)) {
+        c->since_probe = 0;
+        c->last_probe = now;
+        c->probes++;
+        /* A route that keeps measuring far slower is probed less and less. */
+        if (e[probe_side] > 0 && e[want] > 0 && e[probe_side] > 1.5f * e[want])
+            c->probe_every = c->probe_every * 2 > PROBE_EVERY_MAX ? PROBE_EVERY_MAX : c->probe_every * 2;
+        else
+            c->probe_every = PROBE_EVERY;
+        want = probe_side;
+        pick.probe = 1;
+    }
+    pthread_mutex_unlock(&lock);
+    pick.plan = want == profile_side ? profiled : other;
+    pick.overridden = !pick.probe && want != profile_side;
+    return pick;
+}
+
+void ps_adapt_record(ps_direction dir, size_t bytes, int route, uint64_t ns) {
+    if (!bytes || !ps_adapt_enabled()) return;
+    pthread_mutex_lock(&lock);
+    ready();
+    class_state *c = &table[dir][ps_size_class(bytes)];
+    int side = side_of(route);
+    samples *s = &c->side[side];
+    float per_byte = (float)ns / (float)bytes;
+    uint64_t now = ps_adapt_now_ns();
+    s->per_byte[s->next] = per_byte;
+    s->at[s->next] = now;
+    s->next = (s->next + 1) % SAMPLES;
+    if (s->count < SAMPLES) s->count++;
+    /* A probe that beat the route taken is tried again at once; MIN_SAMPLES
+     * such in a row outvote that side's older, slower samples, which go. So
+     * a change of load turns the choice in a few transfers, not hundreds. */
+    if (c->chosen >= 0 && side != c->chosen) {
+        float taken = estimate(&c->side[c->chosen], now);
+        if (taken > 0 && per_byte < taken * MARGIN) {
+            c->probe_every = 1;
+            if (++c->wins >= MIN_SAMPLES) {
+                keep_newest(s, c->wins);
+                c->wins = 0;
+            }
+        } else {
+            c->wins = 0;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+pinstage_status pinstage_route_get_info(pinstage_direction dir, size_t bytes, pinstage_route_info *info) {
+    if (!info || (dir != PINSTAGE_H2D && dir != PINSTAGE_D2H) || !bytes)
+        return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "pinstage_route_get_info: %s",
+                       !info ? "info is NULL" : !bytes ? "bytes is 0" : "dir is not PINSTAGE_H2D or PINSTAGE_D2H");
+    memset(info, 0, sizeof *info);
+    uint64_t now = ps_adapt_now_ns();
+    pthread_mutex_lock(&lock);
+    ready();
+    class_state *c = &table[dir][ps_size_class(bytes)];
+    info->pageable_us = estimate(&c->side[0], now) * (double)bytes / 1e3;
+    info->staging_us = estimate(&c->side[1], now) * (double)bytes / 1e3;
+    info->pageable_samples = fresh(&c->side[0], now);
+    info->staging_samples = fresh(&c->side[1], now);
+    info->chosen = c->chosen < 0 ? PINSTAGE_ADAPT_PROFILE
+                   : c->chosen   ? PINSTAGE_ADAPT_STAGING
+                                 : PINSTAGE_ADAPT_PAGEABLE;
+    info->switches = c->switches;
+    info->probes = c->probes;
+    pthread_mutex_unlock(&lock);
+    info->adaptive = ps_adapt_enabled();
+    return PINSTAGE_SUCCESS;
+}
+
+void pinstage_route_reset(void) {
+    pthread_mutex_lock(&lock);
+    memset(table, 0, sizeof table);
+    table_ready = 0;
+    pthread_mutex_unlock(&lock);
+}

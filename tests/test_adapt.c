@@ -1,0 +1,248 @@
+/* SPDX-License-Identifier: MIT */
+/* Adapting the route to load: with the emulator's routes made slow in turn
+ * (the driver's staging of pageable memory, then DMA through page-locked
+ * memory, then neither), upload and download move to the faster route and
+ * back, every byte arriving; probes and overrides are counted; switched off
+ * (process-wide, per buffer, a fixed profile, a threshold) nothing moves;
+ * several threads adapt at once. */
+#include <pthread.h>
+#include <time.h>
+
+#include "check.h"
+
+#define K 1024u
+#define M (1024u * 1024u)
+
+static CUstream stream;
+
+/* One upload and one download of `bytes`, checked. */
+static void round_trip(pinstage_buffer *buf, pinstage_devbuf *d, unsigned char *src, unsigned char *back,
+                       size_t bytes, unsigned seed) {
+    fill_pattern(src, bytes, seed);
+    CHECK_OK(pinstage_buffer_upload(buf, d, src, bytes, stream));
+    memset(back, 0, bytes);
+    CHECK_OK(pinstage_buffer_download(buf, back, bytes, d, stream));
+    CHECK_EQ(pattern_mismatch(back, bytes, seed), -1);
+}
+
+typedef struct {
+    pinstage_buffer *buf;
+    pinstage_devbuf *d;
+    unsigned char *src, *back;
+    size_t bytes;
+    unsigned seed;
+} rig;
+
+static rig make_rig(size_t bytes) {
+    rig r = {NULL, NULL, malloc(bytes), malloc(bytes), bytes, 1};
+    REQUIRE_OK(pinstage_buffer_create(&r.buf));
+    REQUIRE_OK(pinstage_devbuf_alloc_u8(&r.d, bytes));
+    return r;
+}
+
+static void free_rig(rig *r) {
+    pinstage_buffer_free(r->buf);
+    pinstage_devbuf_free(r->d);
+    free(r->src);
+    free(r->back);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Round trips until both directions take `side`; -1 if that takes more
+ * than `seconds` (a probe comes at least every 250 ms of a busy class, and
+ * three that win in a row turn the choice). */
+static int settle(rig *r, int side, double seconds) {
+    pinstage_route_info up, down;
+    double give_up = now_s() + seconds;
+    for (int i = 0; now_s() < give_up; i++) {
+        round_trip(r->buf, r->d, r->src, r->back, r->bytes, r->seed++);
+        CHECK_OK(pinstage_route_get_info(PINSTAGE_H2D, r->bytes, &up));
+        CHECK_OK(pinstage_route_get_info(PINSTAGE_D2H, r->bytes, &down));
+        if (up.chosen == side && down.chosen == side) return i + 1;
+    }
+    printf("#   not settled: h2d chose %d (pageable %.0f us x%u, staging %.0f us x%u), "
+           "d2h chose %d (pageable %.0f us x%u, staging %.0f us x%u)\n",
+           up.chosen, up.pageable_us, up.pageable_samples, up.staging_us, up.staging_samples, down.chosen,
+           down.pageable_us, down.pageable_samples, down.staging_us, down.staging_samples);
+    return -1;
+}
+
+static void follows_the_faster_route_and_back(void) {
+    if (!emu) {
+        printf("#   skipped: needs the emulator to make a route slow\n");
+        return;
+    }
+    pinstage_route_reset();
+    /* The emulator's copies need a CPU: on a small machine spinning workers
+     * would time the emulator, not the routes. */
+    REQUIRE_OK(pinstage_pool_set_threads(0));
+    rig r = make_rig(1 * M);
+    pinstage_stats st;
+    /* The driver's pageable path slow: the profile's engine stays. */
+    emu->set_host_rates(0.1, 0);
+    int took = settle(&r, PINSTAGE_ADAPT_STAGING, 0.1);
+    CHECK(took > 0);
+    for (int i = 0; i < 40; i++) round_trip(r.buf, r.d, r.src, r.back, r.bytes, r.seed++);
+    pinstage_buffer_stats(r.buf, &st);
+    CHECK_EQ(st.route_overrides, 0);
+    CHECK(st.route_probes >= 4); /* the pageable route was measured */
+    CHECK(st.pageable_transfers == st.route_probes);
+    pinstage_route_info info;
+    CHECK_OK(pinstage_route_get_info(PINSTAGE_H2D, r.bytes, &info));
+    CHECK(info.pageable_us > info.staging_us);
+    CHECK(info.pageable_samples >= 3 && info.staging_samples >= 3);
+    CHECK_EQ(info.adaptive, 1);
+    printf("#   pageable slow: pageable %.0f us, staging %.0f us; %llu probes\n", info.pageable_us, info.staging_us,
+           (unsigned long long)st.route_probes);
+
+    /* DMA through page-locked memory slow: both directions move to the
+     * pageable path within a few dozen transfers. */
+    emu->set_host_rates(0, 0.05);
+    took = settle(&r, PINSTAGE_ADAPT_PAGEABLE, 3);
+    CHECK(took > 0);
+    printf("#   page-locked DMA slow: pageable after %d round trips\n", took);
+    pinstage_stats before;
+    pinstage_buffer_stats(r.buf, &before);
+    for (int i = 0; i < 40; i++) round_trip(r.buf, r.d, r.src, r.back, r.bytes, r.seed++);
+    pinstage_buffer_stats(r.buf, &st);
+    CHECK(st.route_overrides - before.route_overrides >= 60); /* most of 80 transfers */
+    CHECK(st.pageable_transfers - before.pageable_transfers >= 60);
+    CHECK_OK(pinstage_route_get_info(PINSTAGE_D2H, r.bytes, &info));
+    CHECK(info.switches >= 1);
+    CHECK(info.staging_us > info.pageable_us);
+
+    /* Both fast again: back to the engine (the pageable path's staging cost
+     * makes it the slower one). */
+    emu->set_host_rates(0.1, 0);
+    took = settle(&r, PINSTAGE_ADAPT_STAGING, 3);
+    CHECK(took > 0);
+    printf("#   page-locked DMA fast again: staging after %d round trips\n", took);
+    CHECK_OK(pinstage_route_get_info(PINSTAGE_H2D, r.bytes, &info));
+    CHECK(info.switches >= 2);
+    emu->set_host_rates(0, 0);
+    REQUIRE_OK(pinstage_pool_set_threads(PINSTAGE_POOL_AUTO));
+    free_rig(&r);
+}
+
+/* Off: process-wide, per buffer, by a fixed profile or by a threshold, the
+ * route is the profile's whatever the timings say. */
+static void switched_off_follows_the_profile(void) {
+    pinstage_route_reset();
+    if (emu) emu->set_host_rates(0, 0.2); /* the profile's route slow */
+    rig r = make_rig(512 * K);
+    pinstage_stats st;
+
+    pinstage_set_adaptive(0);
+    for (int i = 0; i < 30; i++) round_trip(r.buf, r.d, r.src, r.back, r.bytes, r.seed++);
+    pinstage_buffer_stats(r.buf, &st);
+    CHECK_EQ(st.route_probes, 0);
+    CHECK_EQ(st.route_overrides, 0);
+    CHECK_EQ(st.pageable_transfers, 0);
+    pinstage_route_info info;
+    CHECK_OK(pinstage_route_get_info(PINSTAGE_H2D, r.bytes, &info));
+    CHECK_EQ(info.adaptive, 0);
+    CHECK_EQ(info.staging_samples, 0); /* nothing recorded either */
+    pinstage_set_adaptive(1);
+
+    pinstage_buffer_set_adaptive(r.buf, 0);
+    for (int i = 0; i < 30; i++) round_trip(r.buf, r.d, r.src, r.back, r.bytes, r.seed++);
+    pinstage_buffer_stats(r.buf, &st);
+    CHECK_EQ(st.route_probes, 0);
+    CHECK_EQ(st.pageable_transfers, 0);
+    pinstage_buffer_set_adaptive(r.buf, 1);
+
+    pinstage_profile *fixed;
+    REQUIRE_OK(pinstage_profile_fixed(&fixed, PINSTAGE_ROUTE_ENGINE, 128 * K, 0));
+    REQUIRE_OK(pinstage_buffer_set_profile(r.buf, fixed));
+    pinstage_profile_free(fixed);
+    for (int i = 0; i < 30; i++) round_trip(r.buf, r.d, r.src, r.back, r.bytes, r.seed++);
+    pinstage_buffer_stats(r.buf, &st);
+    CHECK_EQ(st.route_probes, 0);
+    CHECK_EQ(st.pageable_transfers, 0);
+    REQUIRE_OK(pinstage_buffer_set_profile(r.buf, NULL));
+
+    pinstage_buffer_set_auto_stage_max_bytes(r.buf, SIZE_MAX);
+    for (int i = 0; i < 30; i++) round_trip(r.buf, r.d, r.src, r.back, r.bytes, r.seed++);
+    pinstage_buffer_stats(r.buf, &st);
+    CHECK_EQ(st.route_probes, 0);
+    CHECK_EQ(st.pageable_transfers, 0);
+    CHECK_EQ(st.staged_transfers, 8 * 30);
+    if (emu) emu->set_host_rates(0, 0);
+    free_rig(&r);
+}
+
+static void route_info_checks_its_arguments(void) {
+    pinstage_route_info info;
+    unsigned long calls = driver_calls();
+    CHECK_STATUS(pinstage_route_get_info(PINSTAGE_H2D, 4096, NULL), PINSTAGE_ERROR_INVALID_VALUE);
+    CHECK_MESSAGE("info is NULL");
+    CHECK_STATUS(pinstage_route_get_info(PINSTAGE_H2D, 0, &info), PINSTAGE_ERROR_INVALID_VALUE);
+    CHECK_MESSAGE("bytes is 0");
+    CHECK_STATUS(pinstage_route_get_info((pinstage_direction)7, 4096, &info), PINSTAGE_ERROR_INVALID_VALUE);
+    CHECK_MESSAGE("dir");
+    CHECK_EQ(driver_calls(), calls);
+    pinstage_route_reset();
+    CHECK_OK(pinstage_route_get_info(PINSTAGE_D2H, 4096, &info));
+    CHECK_EQ(info.chosen, PINSTAGE_ADAPT_PROFILE);
+    CHECK_EQ(info.pageable_samples + info.staging_samples, 0);
+    pinstage_buffer_set_adaptive(NULL, 0); /* accepted, does nothing */
+}
+
+/* Several threads' transfers feed and read the same estimates. */
+static void *adapting_thread(void *arg) {
+    int *failures = arg;
+    CUstream own;
+    if (pinstage_context_init(0) || pinstage_stream_create(&own, PINSTAGE_STREAM_NON_BLOCKING)) {
+        (*failures)++;
+        return NULL;
+    }
+    rig r = make_rig(256 * K);
+    for (int i = 0; i < 60; i++) {
+        fill_pattern(r.src, r.bytes, r.seed);
+        if (pinstage_buffer_upload(r.buf, r.d, r.src, r.bytes, own) ||
+            pinstage_buffer_download(r.buf, r.back, r.bytes, r.d, own) || pattern_mismatch(r.back, r.bytes, r.seed) != -1)
+            (*failures)++;
+        r.seed++;
+    }
+    free_rig(&r);
+    pinstage_stream_destroy(own);
+    pinstage_context_release(0);
+    return NULL;
+}
+
+static void threads_adapt_together(void) {
+    enum { THREADS = 4 };
+    pthread_t t[THREADS];
+    int failures[THREADS] = {0};
+    pinstage_route_reset();
+    if (emu) emu->set_host_rates(1, 0);
+    for (int i = 0; i < THREADS; i++) pthread_create(&t[i], NULL, adapting_thread, &failures[i]);
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(t[i], NULL);
+        CHECK_EQ(failures[i], 0);
+    }
+    pinstage_route_info info;
+    CHECK_OK(pinstage_route_get_info(PINSTAGE_H2D, 256 * K, &info));
+    CHECK(info.staging_samples > 0);
+    if (emu) emu->set_host_rates(0, 0);
+}
+
+int main(void) {
+    pinstage_set_adaptive(1); /* the suite runs with PINSTAGE_ADAPTIVE=0 */
+    test_setup();
+    REQUIRE_OK(pinstage_stream_create(&stream, PINSTAGE_STREAM_NON_BLOCKING));
+    pinstage_emu_live before = live_now();
+    RUN(route_info_checks_its_arguments);
+    RUN(follows_the_faster_route_and_back);
+    RUN(switched_off_follows_the_profile);
+    RUN(threads_adapt_together);
+    check_current_test = "no_leaks";
+    CHECK_NO_LEAK(before);
+    pinstage_stream_destroy(stream);
+    return test_finish();
+}
