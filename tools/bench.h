@@ -3,6 +3,8 @@
 #ifndef PINSTAGE_BENCH_H
 #define PINSTAGE_BENCH_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -60,6 +62,7 @@ typedef struct bench_result {
     double median_us, min_us, p10_us, p90_us;
     double gbps;      /* 1e9 bytes per second at the median */
     double ratio;     /* pageable median / this median; 0 if pageable not measured */
+    double cpu_us_per_gb; /* process CPU time during the timed calls per 1e9 bytes moved */
 } bench_result;
 
 typedef struct bench_context {
@@ -91,9 +94,57 @@ void bench_report(FILE *out, bench_format format, const bench_context *ctx,
 
 const char *bench_direction_name(bench_direction d);
 
-/* The monotonic clock in microseconds, and a qsort order for doubles. */
+/* ---- bench_util.c: what every mode shares --------------------------------------- */
+
+/* The monotonic clock and this process's CPU time, in microseconds. */
 double bench_now_us(void);
+double bench_cpu_us(void);
+void bench_sleep_us(double us);
+/* A qsort order for doubles; quantiles of sorted values; the median (sorts). */
 int bench_compare_double(const void *a, const void *b);
+int bench_compare_size(const void *a, const void *b);
+double bench_quantile(const double *sorted, size_t n, double q);
+double bench_median(double *v, size_t n);
+void bench_fill_pattern(unsigned char *p, size_t n, unsigned seed);
+/* Print "pinstage-bench: ..." and return the exit code (2: usage, 1: driver). */
+int bench_fail(const char *what);
+int bench_driver_fail(const char *what, pinstage_status s);
+const bench_path *bench_find_path(const char *name);
+
+/* Pageable host memory as a program has it: written before use. */
+enum { BENCH_HOST_MALLOC, BENCH_HOST_HUGEPAGES, BENCH_HOST_SMALL_PAGES };
+extern int bench_host_alloc;
+extern const char *const bench_host_alloc_names[];
+unsigned char *bench_host_memory(size_t bytes);
+
+/* Load in this process beside the transfers: threads busy with arithmetic
+ * (CPU load) or streaming memcpy of 64 MiB buffers (memory load). */
+enum { BENCH_LOAD_NONE, BENCH_LOAD_CPU, BENCH_LOAD_MEMORY };
+#define BENCH_LOAD_MAX 256
+typedef struct bench_load {
+    _Atomic int stop;
+    pthread_t threads[BENCH_LOAD_MAX];
+    unsigned count;
+} bench_load;
+void bench_load_start(bench_load *l, unsigned threads, int kind);
+void bench_load_stop(bench_load *l);
+
+/* Paths one run measures (a name may be given more than once). */
+#define BENCH_MAX_PATHS 32
+
+typedef struct bench_run_options {
+    size_t reps, warmup;
+    double budget_s;
+    int quiet;
+    /* Called before every call, timed or not, outside the timing (paced runs). */
+    void (*before_call)(void *arg);
+    void *before_arg;
+} bench_run_options;
+
+/* Checks each path's bytes once, then measures them side by side: warm-up,
+ * then blocks of consecutive calls, the paths alternating in 3 passes. */
+int bench_measure(bench_cell *c, const bench_path **paths, size_t npaths, const bench_run_options *o,
+                  const char *label, bench_result *out);
 
 /* Pieces of the reports the pipeline mode shares. */
 void bench_json_string(FILE *out, const char *s);
@@ -113,6 +164,25 @@ typedef struct pipeline_options {
     int quiet;
 } pipeline_options;
 int bench_pipeline(const pipeline_options *o, const bench_context *ctx, FILE *text, FILE *json);
+
+/* --conditions: the paths where programs run them (bench_conditions.c). */
+typedef struct conditions_options {
+    unsigned processes;  /* fresh processes */
+    size_t sizes[8];     /* transfer sizes of the conditions (the cpu-load sweep adds its own) */
+    size_t nsizes;
+    size_t sweep_lo, sweep_hi; /* the cpu-load sweep */
+    int quiet;
+    int device;
+    const char *exe;     /* this program, re-executed for each fresh process */
+    char **child_args;   /* options a fresh process is given */
+    size_t nchild_args;
+} conditions_options;
+int bench_conditions(const conditions_options *o, const bench_context *ctx, FILE *text, FILE *json);
+/* One fresh process's part (--conditions-child N): rows on stdout. */
+int bench_conditions_child(const conditions_options *o, unsigned process);
+
+/* --trace FILE: summarizes a PINSTAGE_TRACE file (bench_trace.c). */
+int bench_trace_summary(const char *path, FILE *out);
 
 /* --soak N: N verified transfers on `threads` threads (bench_soak.c). */
 int bench_soak(unsigned long transfers, unsigned threads, int device, const bench_context *ctx, FILE *text,

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* pinstage-bench: options, the measurement loop and the correctness check.
+/* pinstage-bench: options and the modes. The measurement loop and the
+ * correctness check are in bench_util.c, the paths in bench_paths.c.
  * Run `pinstage-bench --help` for usage. */
 #include <errno.h>
+#include <getopt.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -31,11 +32,21 @@ static const char usage[] =
     "                     time (default 0,1,3)\n"
     "  --frames N         with --pipeline: frames per round (default 300; 5 rounds)\n"
     "  --ring-slots K     with --pipeline: the ring's slots (default 4)\n"
+    "  --conditions       no path table: pageable, auto and floor where programs run them: in\n"
+    "                     fresh processes, paced by idle time and other copies, beside CPU load\n"
+    "                     and memory load, several threads at once, with CPU time per GB (see\n"
+    "                     docs/benchmarks.md); --sizes sets the sizes (default 147K,4.7M,64M),\n"
+    "                     --sweep the CPU-load sweep (default 4K:256M)\n"
+    "  --processes N      with --conditions: fresh processes (default 10)\n"
+    "  --load KIND        with the path table: cpu (arithmetic on all CPUs but 4) or memory (4\n"
+    "                     threads streaming memcpy) in this process while it measures\n"
+    "  --trace FILE       no benchmark: summarize the timeline a run with PINSTAGE_TRACE=FILE wrote\n"
     "  --soak N           no path table: N transfers of mixed shapes, directions and calls on\n"
     "                     several threads, every byte verified; errors, mismatches, RSS and\n"
     "                     pinned bytes at 10% and at the end (exit 1 on any error or mismatch)\n"
     "  --soak-threads T   with --soak: threads, each with its own buffer, ring and stream (default 4)\n"
-    "  --pool-threads N   worker threads of the engine's pool (default: one per CPU, less one)\n"
+    "  --pool-threads N   worker threads of the engine's pool (default: one per CPU the process\n"
+    "                     may use, less one, and one more from 8 CPUs up)\n"
     "  --sched MODE       the context's scheduling: auto, spin, yield or blocking (default auto)\n"
     "  --host-alloc MODE  pageable host memory: malloc (default), hugepages (2 MiB-aligned,\n"
     "                     MADV_HUGEPAGE) or small-pages (MADV_NOHUGEPAGE); always written first\n"
@@ -54,7 +65,8 @@ static const char usage[] =
     "Each figure is the wall-clock time of one whole synchronous call. Each path runs in\n"
     "blocks of consecutive calls, the blocks of all paths alternating in 3 passes so drift\n"
     "affects them alike. Ratios are pageable median / path median: above 1 is faster than\n"
-    "the driver's pageable path.\n";
+    "the driver's pageable path. Upload / download adapt their route to what recent\n"
+    "transfers achieved (PINSTAGE_ADAPTIVE=0 turns that off).\n";
 
 typedef struct {
     size_t bytes;
@@ -66,16 +78,6 @@ static const bench_size seed_sizes[] = {
     {128 * 128 * 3 * 4, "128x128x3 f32"},
     {640 * 640 * 3 * 4, "640x640x3 f32"},
 };
-
-static int fail(const char *what) {
-    fprintf(stderr, "pinstage-bench: %s\n", what);
-    return 2;
-}
-
-static int driver_fail(const char *what, pinstage_status s) {
-    fprintf(stderr, "pinstage-bench: %s: %s: %s\n", what, pinstage_status_name(s), pinstage_last_error_message());
-    return 1;
-}
 
 static int parse_size(const char *s, size_t *out) {
     char *end;
@@ -106,32 +108,6 @@ static int parse_seconds(const char *s, double *out) {
     errno = 0;
     *out = strtod(s, &end);
     return errno || end == s || *end || *out < 0 ? -1 : 0;
-}
-
-double bench_now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-int bench_compare_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double quantile(const double *sorted, size_t n, double q) {
-    double pos = q * (double)(n - 1);
-    size_t i = (size_t)pos;
-    double frac = pos - (double)i;
-    return i + 1 < n ? sorted[i] * (1 - frac) + sorted[i + 1] * frac : sorted[i];
-}
-
-static void fill_pattern(unsigned char *p, size_t n, unsigned seed) {
-    uint32_t x = seed * 2654435761u + 1;
-    for (size_t i = 0; i < n; i++) {
-        x = x * 1664525u + 1013904223u;
-        p[i] = (unsigned char)(x >> 24);
-    }
 }
 
 static int emulator_path(char *out, size_t len) {
@@ -200,160 +176,176 @@ static void describe_machine(bench_context *ctx, int device) {
     strftime(ctx->date, sizeof ctx->date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
 }
 
-/* Runs each path once on a fresh pattern and checks the bytes it moved. */
-static int check_path(bench_cell *c, const bench_path *p, void **state, int *ready,
-                      unsigned char *scratch) {
-    c->seed++;
-    if (c->direction == BENCH_H2D) {
-        fill_pattern(c->host, c->bytes, c->seed);
-        pinstage_status s = p->setup(c, state);
-        if (s) return driver_fail(p->name, s);
-        *ready = 1;
-        if ((s = p->run(c, *state))) return driver_fail(p->name, s);
-        if ((s = pinstage_stream_synchronize(NULL)) || (s = pinstage_devbuf_copy_to_host(c->device, scratch, c->bytes)))
-            return driver_fail("reading back", s);
-        fill_pattern(c->host, c->bytes, c->seed);
-        if (memcmp(scratch, c->host, c->bytes)) {
-            fprintf(stderr, "pinstage-bench: %s h2d moved wrong bytes at %zu bytes\n", p->name, c->bytes);
-            return 1;
-        }
-    } else {
-        fill_pattern(scratch, c->bytes, c->seed);
-        pinstage_status s = pinstage_devbuf_copy_from_host(c->device, scratch, c->bytes);
-        if (!s) s = pinstage_stream_synchronize(NULL);
-        if (s) return driver_fail("writing the pattern", s);
-        memset(c->host, 0xee, c->bytes);
-        if ((s = p->setup(c, state))) return driver_fail(p->name, s);
-        *ready = 1;
-        if ((s = p->run(c, *state))) return driver_fail(p->name, s);
-        if (memcmp(scratch, c->host, c->bytes)) {
-            fprintf(stderr, "pinstage-bench: %s d2h moved wrong bytes at %zu bytes\n", p->name, c->bytes);
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* How the pageable host memory is allocated. The driver's pageable path
- * varies with the pages behind it (transparent huge pages or not), so the
- * bench can measure each kind. */
-enum { HOST_MALLOC, HOST_HUGEPAGES, HOST_SMALL_PAGES };
-static int host_alloc = HOST_MALLOC;
-static const char *const host_alloc_names[] = {"malloc", "hugepages", "small-pages"};
-
-static unsigned char *host_memory(size_t bytes) {
-    void *p = NULL;
-    if (host_alloc == HOST_MALLOC) {
-        p = malloc(bytes);
-    } else {
-        size_t huge = (size_t)2 << 20, rounded = (bytes + huge - 1) / huge * huge;
-        if (posix_memalign(&p, huge, rounded)) return NULL;
-        madvise(p, rounded, host_alloc == HOST_HUGEPAGES ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
-    }
-    /* Written, as the memory a program passes has been. */
-    if (p) memset(p, 0x11, bytes);
-    return p;
-}
-
 /* Paths one run measures (a name may be given more than once). */
 #define MAX_PATHS 32
-/* Timed calls are split into this many blocks per path, alternating. */
-#define PASSES 3
-/* Untimed calls at the start of each block. */
-#define BLOCK_WARMUP 3
+
+/* Every option, long form; the short ones are in the getopt string. */
+enum {
+    OPT_SIZES = 256, OPT_SWEEP, OPT_DIRECTION, OPT_PATHS, OPT_ENGINE, OPT_PROFILE, OPT_CALIBRATE, OPT_THOROUGH,
+    OPT_PIPELINE, OPT_FILL, OPT_FRAMES, OPT_RING_SLOTS, OPT_CONDITIONS, OPT_PROCESSES, OPT_CONDITIONS_CHILD,
+    OPT_TRACE, OPT_SOAK, OPT_SOAK_THREADS, OPT_POOL_THREADS, OPT_SCHED, OPT_HOST_ALLOC, OPT_REPS, OPT_WARMUP,
+    OPT_BUDGET, OPT_DEVICE, OPT_FORMAT, OPT_JSON, OPT_EMULATE, OPT_DRIVER, OPT_QUIET, OPT_LOAD
+};
+
+static const struct option options[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"sizes", required_argument, NULL, OPT_SIZES},
+    {"sweep", required_argument, NULL, OPT_SWEEP},
+    {"direction", required_argument, NULL, OPT_DIRECTION},
+    {"paths", required_argument, NULL, OPT_PATHS},
+    {"engine", required_argument, NULL, OPT_ENGINE},
+    {"profile", required_argument, NULL, OPT_PROFILE},
+    {"calibrate", required_argument, NULL, OPT_CALIBRATE},
+    {"thorough", no_argument, NULL, OPT_THOROUGH},
+    {"pipeline", no_argument, NULL, OPT_PIPELINE},
+    {"fill", required_argument, NULL, OPT_FILL},
+    {"frames", required_argument, NULL, OPT_FRAMES},
+    {"ring-slots", required_argument, NULL, OPT_RING_SLOTS},
+    {"conditions", no_argument, NULL, OPT_CONDITIONS},
+    {"processes", required_argument, NULL, OPT_PROCESSES},
+    {"conditions-child", required_argument, NULL, OPT_CONDITIONS_CHILD},
+    {"trace", required_argument, NULL, OPT_TRACE},
+    {"soak", required_argument, NULL, OPT_SOAK},
+    {"soak-threads", required_argument, NULL, OPT_SOAK_THREADS},
+    {"pool-threads", required_argument, NULL, OPT_POOL_THREADS},
+    {"sched", required_argument, NULL, OPT_SCHED},
+    {"host-alloc", required_argument, NULL, OPT_HOST_ALLOC},
+    {"reps", required_argument, NULL, OPT_REPS},
+    {"warmup", required_argument, NULL, OPT_WARMUP},
+    {"budget", required_argument, NULL, OPT_BUDGET},
+    {"device", required_argument, NULL, OPT_DEVICE},
+    {"format", required_argument, NULL, OPT_FORMAT},
+    {"json", required_argument, NULL, OPT_JSON},
+    {"emulate", no_argument, NULL, OPT_EMULATE},
+    {"driver", required_argument, NULL, OPT_DRIVER},
+    {"quiet", no_argument, NULL, OPT_QUIET},
+    {"load", required_argument, NULL, OPT_LOAD},
+    {NULL, 0, NULL, 0},
+};
+
+/* A value out of a list of names; -1 if it is none of them. */
+static int pick(const char *v, const char *const *names, int n) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(v, names[i])) return i;
+    return -1;
+}
+
+/* Opens the report files of a mode, runs it, closes them. */
+typedef int (*mode_fn)(void *arg, const bench_context *ctx, FILE *text, FILE *json);
+
+static int run_mode(mode_fn fn, void *arg, const bench_context *ctx, bench_format format, const char *output,
+                    const char *json_output) {
+    FILE *out = stdout, *json = NULL;
+    if (output && !(out = fopen(output, "w"))) return bench_fail("cannot open the -o file");
+    if (json_output && !(json = fopen(json_output, "w"))) return bench_fail("cannot open the --json file");
+    int rc = fn(arg, ctx, format == BENCH_JSON ? NULL : out, format == BENCH_JSON ? out : json);
+    if (out != stdout && fclose(out)) rc = bench_fail("writing the -o file failed");
+    if (json && fclose(json)) rc = bench_fail("writing the --json file failed");
+    return rc;
+}
 
 typedef struct {
-    size_t reps, warmup;
-    double budget_s;
-    int quiet;
-} run_options;
+    unsigned long transfers;
+    unsigned threads;
+    int device;
+} soak_args;
 
-/* Measures the chosen paths for one size and direction. */
-static int measure_cell(bench_cell *c, const bench_path **paths, size_t npaths, const run_options *o,
-                        const char *label, bench_result *out) {
-    void *state[MAX_PATHS] = {0};
-    int ready[MAX_PATHS] = {0};
-    double *samples[MAX_PATHS] = {0};
-    unsigned char *scratch = malloc(c->bytes);
+static int soak_mode(void *arg, const bench_context *ctx, FILE *text, FILE *json) {
+    soak_args *a = arg;
+    return bench_soak(a->transfers, a->threads, a->device, ctx, text, json);
+}
+
+static int pipeline_mode(void *arg, const bench_context *ctx, FILE *text, FILE *json) {
+    return bench_pipeline(arg, ctx, text, json);
+}
+
+static int conditions_mode(void *arg, const bench_context *ctx, FILE *text, FILE *json) {
+    return bench_conditions(arg, ctx, text, json);
+}
+
+/* The path table: every chosen size, direction and path. */
+static int table_mode(const bench_size *sizes, size_t nsizes, int directions, const bench_path **paths,
+                      size_t npaths, const bench_run_options *o, const bench_context *ctx, bench_format format,
+                      const char *output, const char *json_output) {
+    bench_driver drv;
+    pinstage_status s;
+    if ((s = pinstage_driver_get_proc("cuMemAllocHost", 3020, (void **)&drv.alloc_host)) ||
+        (s = pinstage_driver_get_proc("cuMemFreeHost", 2000, (void **)&drv.free_host)) ||
+        (s = pinstage_driver_get_proc("cuMemcpyHtoDAsync", 3020, (void **)&drv.htod_async)) ||
+        (s = pinstage_driver_get_proc("cuMemcpyDtoHAsync", 3020, (void **)&drv.dtoh_async)) ||
+        (s = pinstage_driver_get_proc("cuStreamSynchronize", 2000, (void **)&drv.stream_sync)))
+        return bench_driver_fail("driver entry points", s);
+
+    CUstream stream;
+    if ((s = pinstage_stream_create(&stream, PINSTAGE_STREAM_NON_BLOCKING))) return bench_driver_fail("stream", s);
+
+    size_t ndirs = directions == 3 ? 2 : 1, total = nsizes * ndirs * npaths, done = 0;
+    bench_result *results = calloc(total, sizeof *results);
+    if (!results) return bench_fail("out of host memory");
     int rc = 0;
-    if (!scratch) return fail("out of host memory");
-    for (size_t p = 0; p < npaths && !rc; p++) rc = check_path(c, paths[p], &state[p], &ready[p], scratch);
-    free(scratch);
-
-    /* Warm-up, path by path; it also tells how long a round of all paths takes. */
-    double round_us = 0;
-    for (size_t p = 0; p < npaths && !rc; p++) {
-        double start = bench_now_us();
-        for (size_t w = 0; w < o->warmup && !rc; w++) {
-            pinstage_status s = paths[p]->run(c, state[p]);
-            if (s) rc = driver_fail(paths[p]->name, s);
-        }
-        if (o->warmup) round_us += (bench_now_us() - start) / (double)o->warmup;
-    }
-    size_t reps = o->reps;
-    if (round_us > 0 && o->budget_s > 0) {
-        size_t fit = (size_t)(o->budget_s * 1e6 / round_us);
-        if (fit < reps) reps = fit < 10 ? 10 : fit;
-    }
-    for (size_t p = 0; p < npaths && !rc; p++)
-        if (!(samples[p] = malloc(reps * sizeof(double)))) rc = fail("out of host memory");
-    /* Each path runs in blocks of consecutive calls, as a pipeline calls it, so
-     * a call that returns before its copy lands (the driver's pageable upload)
-     * pays for it in the next call of its own path, not in another path's.
-     * The blocks alternate over PASSES passes so drift affects all paths; the
-     * first calls of a block, which follow another path, are not timed. */
-    size_t taken[MAX_PATHS] = {0};
-    for (size_t pass = 0; pass < PASSES && !rc; pass++)
-        for (size_t p = 0; p < npaths && !rc; p++) {
-            size_t block = reps / PASSES + (pass < reps % PASSES);
-            for (size_t k = 0; k < BLOCK_WARMUP + block && !rc; k++) {
-                double start = bench_now_us();
-                pinstage_status s = paths[p]->run(c, state[p]);
-                double elapsed = bench_now_us() - start;
-                if (s) rc = driver_fail(paths[p]->name, s);
-                if (k >= BLOCK_WARMUP) samples[p][taken[p]++] = elapsed;
+    for (size_t z = 0; z < nsizes && !rc; z++)
+        for (int d = 0; d < 2 && !rc; d++) {
+            if (!(directions & (1 << d))) continue;
+            bench_cell cell = {.direction = d ? BENCH_D2H : BENCH_H2D, .bytes = sizes[z].bytes,
+                               .stream = stream, .driver = &drv, .seed = (unsigned)(z * 16 + (size_t)d * 8)};
+            if (!o->quiet)
+                fprintf(stderr, "[%zu/%zu] %s %zu bytes\n", done / npaths + 1, total / npaths,
+                        bench_direction_name(cell.direction), cell.bytes);
+            cell.host = bench_host_memory(cell.bytes);
+            if (!cell.host) {
+                rc = bench_fail("out of host memory");
+                break;
             }
+            if ((s = pinstage_devbuf_alloc_u8(&cell.device, cell.bytes))) {
+                free(cell.host);
+                rc = bench_driver_fail("device memory", s);
+                break;
+            }
+            rc = bench_measure(&cell, paths, npaths, o, sizes[z].label, results + done);
+            done += npaths;
+            pinstage_devbuf_free(cell.device);
+            free(cell.host);
         }
-    for (size_t p = 0; p < npaths; p++) {
-        if (!rc) {
-            qsort(samples[p], reps, sizeof(double), bench_compare_double);
-            bench_result *res = &out[p];
-            res->direction = c->direction;
-            res->bytes = c->bytes;
-            res->label = label;
-            res->path = paths[p];
-            res->reps = reps;
-            res->median_us = quantile(samples[p], reps, 0.5);
-            res->min_us = samples[p][0];
-            res->p10_us = quantile(samples[p], reps, 0.1);
-            res->p90_us = quantile(samples[p], reps, 0.9);
-            res->gbps = (double)c->bytes / (res->median_us * 1e3);
+    pinstage_stream_destroy(stream);
+    if (rc) {
+        free(results);
+        return rc;
+    }
+
+    FILE *out = stdout;
+    if (output && !(out = fopen(output, "w"))) {
+        free(results);
+        return bench_fail("cannot open the -o file");
+    }
+    bench_report(out, format, ctx, results, done);
+    if (out != stdout && fclose(out)) rc = bench_fail("writing the -o file failed");
+    if (json_output) {
+        FILE *j = fopen(json_output, "w");
+        if (!j) {
+            rc = bench_fail("cannot open the --json file");
+        } else {
+            bench_report(j, BENCH_JSON, ctx, results, done);
+            if (fclose(j)) rc = bench_fail("writing the --json file failed");
         }
-        if (ready[p]) paths[p]->teardown(c, state[p]);
-        free(samples[p]);
     }
-    if (!rc) {
-        double pageable = 0;
-        for (size_t p = 0; p < npaths; p++)
-            if (!strcmp(paths[p]->name, "pageable")) pageable = out[p].median_us;
-        for (size_t p = 0; p < npaths; p++) out[p].ratio = pageable > 0 ? pageable / out[p].median_us : 0;
-    }
+    free(results);
     return rc;
 }
 
 int main(int argc, char **argv) {
     bench_size sizes[64];
-    size_t nsizes = 0;
-    int directions = 3, device = 0, emulate = 0;
-    const char *paths_arg = NULL, *output = NULL, *json_output = NULL, *driver = NULL;
+    size_t nsizes = 0, sweep_lo = 0, sweep_hi = 0;
+    int directions = 3, device = 0, emulate = 0, sweep_given = 0;
+    const char *paths_arg = NULL, *output = NULL, *json_output = NULL, *driver = NULL, *trace_path = NULL;
     const char *profile_path = NULL, *calibrate_path = NULL;
-    int thorough = 0, sched = -1, pipeline_mode = 0;
-    unsigned long soak = 0;
+    int thorough = 0, sched = -1, pipeline = 0, conditions = 0, load_kind = BENCH_LOAD_NONE;
+    long child = -1;
+    unsigned long soak = 0, processes = 10, n;
     unsigned soak_threads = 4;
     pipeline_options pipe = {300, 5, 4, {0, 1, 3}, 3, 0};
     long pool_threads = -1;
     bench_format format = BENCH_TEXT;
-    run_options o = {300, 30, 3.0, 0};
+    bench_run_options o = {300, 30, 3.0, 0, NULL, NULL};
     bench_context ctx;
     memset(&ctx, 0, sizeof ctx);
 
@@ -362,171 +354,190 @@ int main(int argc, char **argv) {
         pos += (size_t)snprintf(ctx.command + pos, sizeof ctx.command - pos, "%s%s", i ? " " : "",
                                 i ? argv[i] : "pinstage-bench");
 
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEEDS_VALUE() \
-    if (!v) return fail("missing value after an option (see --help)"); \
-    i++
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    static const char *const directions_names[] = {"", "h2d", "d2h", "both"};
+    static const char *const sched_names[] = {"auto", "spin", "yield", "", "blocking"};
+    static const char *const format_names[] = {"text", "csv", "json"};
+    static const char *const load_names[] = {"none", "cpu", "memory"};
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "ho:", options, NULL)) != -1) {
+        const char *v = optarg;
+        switch (c) {
+        case 'h':
             fputs(usage, stdout);
             return 0;
-        } else if (!strcmp(a, "--sizes")) {
-            NEEDS_VALUE();
+        case OPT_SIZES: {
             char copy[1024];
             snprintf(copy, sizeof copy, "%s", v);
             for (char *save = NULL, *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-                if (nsizes == 64) return fail("at most 64 sizes");
-                if (parse_size(t, &sizes[nsizes].bytes)) return fail("bad size in --sizes (e.g. 4K,1.5M,150528)");
+                if (nsizes == 64) return bench_fail("at most 64 sizes");
+                if (parse_size(t, &sizes[nsizes].bytes)) return bench_fail("bad size in --sizes (e.g. 4K,1.5M,150528)");
                 sizes[nsizes++].label = "";
             }
-        } else if (!strcmp(a, "--sweep")) {
-            NEEDS_VALUE();
+            break;
+        }
+        case OPT_SWEEP: {
             char lo[64], hi[64];
-            size_t a_bytes, b_bytes;
-            if (sscanf(v, "%63[^:]:%63s", lo, hi) != 2 || parse_size(lo, &a_bytes) || parse_size(hi, &b_bytes) ||
-                a_bytes > b_bytes)
-                return fail("bad --sweep, expected A:B such as 4K:256M");
-            for (size_t b = a_bytes; b <= b_bytes && nsizes < 64; b *= 2) sizes[nsizes++] = (bench_size){b, ""};
-        } else if (!strcmp(a, "--direction")) {
-            NEEDS_VALUE();
-            if (!strcmp(v, "h2d")) directions = 1;
-            else if (!strcmp(v, "d2h")) directions = 2;
-            else if (!strcmp(v, "both")) directions = 3;
-            else return fail("--direction takes h2d, d2h or both");
-        } else if (!strcmp(a, "--paths")) {
-            NEEDS_VALUE();
+            if (sscanf(v, "%63[^:]:%63s", lo, hi) != 2 || parse_size(lo, &sweep_lo) || parse_size(hi, &sweep_hi) ||
+                sweep_lo > sweep_hi)
+                return bench_fail("bad --sweep, expected A:B such as 4K:256M");
+            sweep_given = 1;
+            break;
+        }
+        case OPT_DIRECTION:
+            if ((directions = pick(v, directions_names, 4)) <= 0) return bench_fail("--direction takes h2d, d2h or both");
+            break;
+        case OPT_PATHS:
             paths_arg = v;
-        } else if (!strcmp(a, "--reps")) {
-            NEEDS_VALUE();
-            unsigned long n;
-            if (parse_count(v, &n) || n < 1) return fail("--reps takes a whole number of at least 1");
+            break;
+        case OPT_REPS:
+            if (parse_count(v, &n) || n < 1) return bench_fail("--reps takes a whole number of at least 1");
             o.reps = n;
-        } else if (!strcmp(a, "--warmup")) {
-            NEEDS_VALUE();
-            unsigned long n;
-            if (parse_count(v, &n)) return fail("--warmup takes a whole number");
+            break;
+        case OPT_WARMUP:
+            if (parse_count(v, &n)) return bench_fail("--warmup takes a whole number");
             o.warmup = n;
-        } else if (!strcmp(a, "--budget")) {
-            NEEDS_VALUE();
-            if (parse_seconds(v, &o.budget_s)) return fail("--budget takes seconds, e.g. 2 or 0.5");
-        } else if (!strcmp(a, "--device")) {
-            NEEDS_VALUE();
-            unsigned long n;
-            if (parse_count(v, &n) || n > 1024) return fail("--device takes a device number");
+            break;
+        case OPT_BUDGET:
+            if (parse_seconds(v, &o.budget_s)) return bench_fail("--budget takes seconds, e.g. 2 or 0.5");
+            break;
+        case OPT_DEVICE:
+            if (parse_count(v, &n) || n > 1024) return bench_fail("--device takes a device number");
             device = (int)n;
-        } else if (!strcmp(a, "--engine")) {
-            NEEDS_VALUE();
+            break;
+        case OPT_ENGINE: {
             char chunk[64];
             unsigned long threads;
             size_t bytes = 0;
             if (sscanf(v, "%63[^:]:", chunk) != 1 || !strchr(v, ':') ||
                 (strcmp(chunk, "0") && parse_size(chunk, &bytes)) || parse_count(strchr(v, ':') + 1, &threads) ||
                 threads > 4096)
-                return fail("--engine takes CHUNK:THREADS, e.g. 1M:0 or 256K:8");
+                return bench_fail("--engine takes CHUNK:THREADS, e.g. 1M:0 or 256K:8");
             bench_config.engine.chunk = bytes;
             bench_config.engine.threads = (unsigned)threads;
-        } else if (!strcmp(a, "--profile")) {
-            NEEDS_VALUE();
+            break;
+        }
+        case OPT_PROFILE:
             profile_path = v;
-        } else if (!strcmp(a, "--calibrate")) {
-            NEEDS_VALUE();
+            break;
+        case OPT_CALIBRATE:
             calibrate_path = v;
-        } else if (!strcmp(a, "--thorough")) {
+            break;
+        case OPT_THOROUGH:
             thorough = 1;
-        } else if (!strcmp(a, "--soak")) {
-            NEEDS_VALUE();
-            if (parse_count(v, &soak) || soak < 2) return fail("--soak takes a number of transfers, at least 2");
-        } else if (!strcmp(a, "--soak-threads")) {
-            NEEDS_VALUE();
-            unsigned long n;
-            if (parse_count(v, &n) || n < 1 || n > 256) return fail("--soak-threads takes 1 to 256");
+            break;
+        case OPT_SOAK:
+            if (parse_count(v, &soak) || soak < 2) return bench_fail("--soak takes a number of transfers, at least 2");
+            break;
+        case OPT_SOAK_THREADS:
+            if (parse_count(v, &n) || n < 1 || n > 256) return bench_fail("--soak-threads takes 1 to 256");
             soak_threads = (unsigned)n;
-        } else if (!strcmp(a, "--pipeline")) {
-            pipeline_mode = 1;
-        } else if (!strcmp(a, "--fill")) {
-            NEEDS_VALUE();
+            break;
+        case OPT_PIPELINE:
+            pipeline = 1;
+            break;
+        case OPT_CONDITIONS:
+            conditions = 1;
+            break;
+        case OPT_PROCESSES:
+            if (parse_count(v, &processes) || processes < 1 || processes > 1000)
+                return bench_fail("--processes takes 1 to 1000");
+            break;
+        case OPT_CONDITIONS_CHILD:
+            if (parse_count(v, &n) || n > 100000) return bench_fail("--conditions-child takes a process number");
+            child = (long)n;
+            break;
+        case OPT_TRACE:
+            trace_path = v;
+            break;
+        case OPT_FILL: {
             char copy[256];
             snprintf(copy, sizeof copy, "%s", v);
             pipe.nfills = 0;
             for (char *save = NULL, *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-                if (pipe.nfills == 8) return fail("at most 8 values in --fill");
+                if (pipe.nfills == 8) return bench_fail("at most 8 values in --fill");
                 if (parse_seconds(t, &pipe.fills[pipe.nfills]) || pipe.fills[pipe.nfills] > 100)
-                    return fail("--fill takes multiples such as 0,1,3 (at most 100)");
+                    return bench_fail("--fill takes multiples such as 0,1,3 (at most 100)");
                 pipe.nfills++;
             }
-            if (!pipe.nfills) return fail("--fill takes multiples such as 0,1,3");
-        } else if (!strcmp(a, "--frames")) {
-            NEEDS_VALUE();
-            unsigned long n;
-            if (parse_count(v, &n) || n < 1 || n > 1000000) return fail("--frames takes 1 to 1000000");
+            if (!pipe.nfills) return bench_fail("--fill takes multiples such as 0,1,3");
+            break;
+        }
+        case OPT_FRAMES:
+            if (parse_count(v, &n) || n < 1 || n > 1000000) return bench_fail("--frames takes 1 to 1000000");
             pipe.frames = (unsigned)n;
-        } else if (!strcmp(a, "--ring-slots")) {
-            NEEDS_VALUE();
-            unsigned long n;
-            if (parse_count(v, &n) || n < 1 || n > PINSTAGE_RING_MAX_SLOTS) return fail("--ring-slots takes 1 to 64");
+            break;
+        case OPT_RING_SLOTS:
+            if (parse_count(v, &n) || n < 1 || n > PINSTAGE_RING_MAX_SLOTS) return bench_fail("--ring-slots takes 1 to 64");
             pipe.slots = (unsigned)n;
-        } else if (!strcmp(a, "--pool-threads")) {
-            NEEDS_VALUE();
-            unsigned long n;
-            if (parse_count(v, &n) || n > 255) return fail("--pool-threads takes 0-255");
+            break;
+        case OPT_POOL_THREADS:
+            if (parse_count(v, &n) || n > 255) return bench_fail("--pool-threads takes 0-255");
             pool_threads = (long)n;
-        } else if (!strcmp(a, "--sched")) {
-            NEEDS_VALUE();
-            if (!strcmp(v, "auto")) sched = 0;
-            else if (!strcmp(v, "spin")) sched = 1;
-            else if (!strcmp(v, "yield")) sched = 2;
-            else if (!strcmp(v, "blocking")) sched = 4;
-            else return fail("--sched takes auto, spin, yield or blocking");
-        } else if (!strcmp(a, "--host-alloc")) {
-            NEEDS_VALUE();
-            if (!strcmp(v, "malloc")) host_alloc = HOST_MALLOC;
-            else if (!strcmp(v, "hugepages")) host_alloc = HOST_HUGEPAGES;
-            else if (!strcmp(v, "small-pages")) host_alloc = HOST_SMALL_PAGES;
-            else return fail("--host-alloc takes malloc, hugepages or small-pages");
-        } else if (!strcmp(a, "--format")) {
-            NEEDS_VALUE();
-            if (!strcmp(v, "text")) format = BENCH_TEXT;
-            else if (!strcmp(v, "csv")) format = BENCH_CSV;
-            else if (!strcmp(v, "json")) format = BENCH_JSON;
-            else return fail("--format takes text, csv or json");
-        } else if (!strcmp(a, "-o")) {
-            NEEDS_VALUE();
+            break;
+        case OPT_SCHED:
+            if ((sched = pick(v, sched_names, 5)) < 0 || sched == 3)
+                return bench_fail("--sched takes auto, spin, yield or blocking");
+            break;
+        case OPT_HOST_ALLOC:
+            if ((bench_host_alloc = pick(v, bench_host_alloc_names, 3)) < 0)
+                return bench_fail("--host-alloc takes malloc, hugepages or small-pages");
+            break;
+        case OPT_FORMAT: {
+            int f = pick(v, format_names, 3);
+            if (f < 0) return bench_fail("--format takes text, csv or json");
+            format = (bench_format)f;
+            break;
+        }
+        case 'o':
             output = v;
-        } else if (!strcmp(a, "--json")) {
-            NEEDS_VALUE();
+            break;
+        case OPT_JSON:
             json_output = v;
-        } else if (!strcmp(a, "--emulate")) {
+            break;
+        case OPT_EMULATE:
             emulate = 1;
-        } else if (!strcmp(a, "--driver")) {
-            NEEDS_VALUE();
+            break;
+        case OPT_DRIVER:
             driver = v;
-        } else if (!strcmp(a, "--quiet")) {
+            break;
+        case OPT_QUIET:
             o.quiet = 1;
-        } else {
-            fprintf(stderr, "pinstage-bench: unknown option '%s'\n\n%s", a, usage);
+            break;
+        case OPT_LOAD:
+            if ((load_kind = pick(v, load_names, 3)) < 0) return bench_fail("--load takes cpu or memory");
+            break;
+        default:
+            if (optopt && optopt < 256 && optopt != '?')
+                fprintf(stderr, "pinstage-bench: option -%c needs a value (see --help)\n", optopt);
+            else if (optopt)
+                fprintf(stderr, "pinstage-bench: option '%s' needs a value (see --help)\n", argv[optind - 1]);
+            else
+                fprintf(stderr, "pinstage-bench: unknown option '%s'\n\n%s", argv[optind - 1], usage);
             return 2;
         }
     }
-    if (!nsizes) {
-        memcpy(sizes, seed_sizes, sizeof seed_sizes);
-        nsizes = 3;
+    if (optind < argc) {
+        fprintf(stderr, "pinstage-bench: unexpected argument '%s'\n\n%s", argv[optind], usage);
+        return 2;
     }
+    if (trace_path) return bench_trace_summary(trace_path, stdout);
+    if (sweep_given && !conditions)
+        for (size_t b = sweep_lo; b <= sweep_hi && nsizes < 64; b *= 2) sizes[nsizes++] = (bench_size){b, ""};
 
-    const bench_path *paths[MAX_PATHS];
+    const bench_path *paths[BENCH_MAX_PATHS];
     size_t npaths = 0;
     if (paths_arg) {
         char copy[512];
         snprintf(copy, sizeof copy, "%s", paths_arg);
         for (char *save = NULL, *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-            size_t k;
-            for (k = 0; k < bench_path_count && strcmp(bench_paths[k].name, t); k++) {
-            }
-            if (k == bench_path_count) {
+            const bench_path *p = bench_find_path(t);
+            if (!p) {
                 fprintf(stderr, "pinstage-bench: unknown path '%s'\n", t);
                 return 2;
             }
-            if (npaths == MAX_PATHS) return fail("at most 32 paths in --paths");
-            paths[npaths++] = &bench_paths[k];
+            if (npaths == BENCH_MAX_PATHS) return bench_fail("at most 32 paths in --paths");
+            paths[npaths++] = p;
         }
     } else {
         for (size_t k = 0; k < bench_path_count; k++) paths[npaths++] = &bench_paths[k];
@@ -546,8 +557,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     pinstage_driver_info dinfo;
-    if ((s = pinstage_driver_get_info(&dinfo))) return driver_fail("driver", s);
-    if (dinfo.emulated && !emulate)
+    if ((s = pinstage_driver_get_info(&dinfo))) return bench_driver_fail("driver", s);
+    if (dinfo.emulated && !emulate && child < 0)
         fprintf(stderr, "pinstage-bench: the loaded driver is the emulator; figures are marked as such\n");
     ctx.emulated = dinfo.emulated;
     ctx.driver_version = dinfo.driver_version;
@@ -561,14 +572,15 @@ int main(int argc, char **argv) {
         int (*set_flags)(int, unsigned) = NULL;
         if ((s = pinstage_driver_get_proc("cuDevicePrimaryCtxSetFlags", 11000, (void **)&set_flags)) ||
             (s = (pinstage_status)set_flags(device, (unsigned)sched)))
-            return driver_fail("--sched", s);
+            return bench_driver_fail("--sched", s);
     }
-    if ((s = pinstage_context_init(device))) return driver_fail("device", s);
-    if (pool_threads >= 0 && (s = pinstage_pool_set_threads((unsigned)pool_threads))) return driver_fail("--pool-threads", s);
+    if ((s = pinstage_context_init(device))) return bench_driver_fail("device", s);
+    if (pool_threads >= 0 && (s = pinstage_pool_set_threads((unsigned)pool_threads)))
+        return bench_driver_fail("--pool-threads", s);
     if (calibrate_path) {
         pinstage_profile *measured;
         double start = bench_now_us();
-        if ((s = pinstage_profile_calibrate(&measured, thorough))) return driver_fail("calibration", s);
+        if ((s = pinstage_profile_calibrate(&measured, thorough))) return bench_driver_fail("calibration", s);
         double seconds = (bench_now_us() - start) / 1e6;
         size_t len = pinstage_profile_describe(measured, NULL, 0);
         char *text = malloc(len + 1);
@@ -580,105 +592,85 @@ int main(int argc, char **argv) {
         printf("# calibrated in %.2f s (%s)\n", seconds, thorough ? "thorough" : "default");
         s = pinstage_profile_save(measured, calibrate_path);
         pinstage_profile_free(measured);
-        if (s) return driver_fail("saving the profile", s);
+        if (s) return bench_driver_fail("saving the profile", s);
         return 0;
     }
     pinstage_profile *loaded = NULL;
-    if (profile_path && (s = pinstage_profile_load(&loaded, profile_path))) return driver_fail("--profile", s);
+    if (profile_path && (s = pinstage_profile_load(&loaded, profile_path))) return bench_driver_fail("--profile", s);
     bench_config.profile = loaded;
     ctx.sched = sched < 0 ? 0 : sched;
-    snprintf(ctx.host_alloc, sizeof ctx.host_alloc, "%s", host_alloc_names[host_alloc]);
-    snprintf(ctx.profile, sizeof ctx.profile, "%s", profile_path ? profile_path : getenv("PINSTAGE_PROFILE") ? getenv("PINSTAGE_PROFILE") : "built-in");
-    snprintf(ctx.engine, sizeof ctx.engine, "chunk %zu, threads %u", bench_config.engine.chunk, bench_config.engine.threads);
+    snprintf(ctx.host_alloc, sizeof ctx.host_alloc, "%s", bench_host_alloc_names[bench_host_alloc]);
+    snprintf(ctx.profile, sizeof ctx.profile, "%s",
+             profile_path ? profile_path : getenv("PINSTAGE_PROFILE") ? getenv("PINSTAGE_PROFILE") : "built-in");
+    snprintf(ctx.engine, sizeof ctx.engine, "chunk %zu, threads %u", bench_config.engine.chunk,
+             bench_config.engine.threads);
     pinstage_pool_info pool;
     pinstage_pool_get_info(&pool);
     ctx.pool_workers = (int)pool.workers;
     describe_machine(&ctx, device);
 
-    if (soak) {
-        FILE *out = stdout, *json = NULL;
-        if (output && !(out = fopen(output, "w"))) return fail("cannot open the -o file");
-        if (json_output && !(json = fopen(json_output, "w"))) return fail("cannot open the --json file");
-        int rc = bench_soak(soak, soak_threads, device, &ctx, format == BENCH_JSON ? NULL : out,
-                            format == BENCH_JSON ? out : json);
-        if (out != stdout && fclose(out)) rc = fail("writing the -o file failed");
-        if (json && fclose(json)) rc = fail("writing the --json file failed");
-        pinstage_profile_free(loaded);
-        return rc;
-    }
-    if (pipeline_mode) {
+    int rc;
+    if (conditions || child >= 0) {
+        conditions_options co;
+        memset(&co, 0, sizeof co);
+        co.processes = (unsigned)processes;
+        co.quiet = o.quiet;
+        co.device = device;
+        co.sweep_lo = sweep_given ? sweep_lo : 4096;
+        co.sweep_hi = sweep_given ? sweep_hi : (size_t)256 << 20;
+        for (size_t i = 0; i < nsizes && i < 8; i++) co.sizes[co.nsizes++] = sizes[i].bytes;
+        if (!co.nsizes) {
+            co.sizes[co.nsizes++] = 112 * 112 * 3 * 4;
+            co.sizes[co.nsizes++] = 640 * 640 * 3 * 4;
+            co.sizes[co.nsizes++] = (size_t)64 << 20;
+        }
+        /* A fresh process gets what this one was given: driver, device,
+         * profile, pool, host memory; --sizes it is told. */
+        static char exe[4096];
+        ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        exe[len > 0 ? len : 0] = 0;
+        co.exe = exe;
+        static char *args[32];
+        static char device_arg[16], pool_arg[16];
+        size_t k = 0;
+        args[k++] = "--driver";
+        args[k++] = ctx.driver_path;
+        snprintf(device_arg, sizeof device_arg, "%d", device);
+        args[k++] = "--device";
+        args[k++] = device_arg;
+        args[k++] = "--host-alloc";
+        args[k++] = (char *)bench_host_alloc_names[bench_host_alloc];
+        if (profile_path) {
+            args[k++] = "--profile";
+            args[k++] = (char *)profile_path;
+        }
+        if (pool_threads >= 0) {
+            snprintf(pool_arg, sizeof pool_arg, "%ld", pool_threads);
+            args[k++] = "--pool-threads";
+            args[k++] = pool_arg;
+        }
+        co.child_args = args;
+        co.nchild_args = k;
+        rc = child >= 0 ? bench_conditions_child(&co, (unsigned)child)
+                        : run_mode(conditions_mode, &co, &ctx, format, output, json_output);
+    } else if (soak) {
+        soak_args a = {soak, soak_threads, device};
+        rc = run_mode(soak_mode, &a, &ctx, format, output, json_output);
+    } else if (pipeline) {
         pipe.quiet = o.quiet;
-        FILE *out = stdout, *json = NULL;
-        if (output && !(out = fopen(output, "w"))) return fail("cannot open the -o file");
-        if (json_output && !(json = fopen(json_output, "w"))) return fail("cannot open the --json file");
-        int rc = bench_pipeline(&pipe, &ctx, format == BENCH_JSON ? NULL : out, format == BENCH_JSON ? out : json);
-        if (out != stdout && fclose(out)) rc = fail("writing the -o file failed");
-        if (json && fclose(json)) rc = fail("writing the --json file failed");
-        pinstage_profile_free(loaded);
-        return rc;
-    }
-
-    bench_driver drv;
-    if ((s = pinstage_driver_get_proc("cuMemAllocHost", 3020, (void **)&drv.alloc_host)) ||
-        (s = pinstage_driver_get_proc("cuMemFreeHost", 2000, (void **)&drv.free_host)) ||
-        (s = pinstage_driver_get_proc("cuMemcpyHtoDAsync", 3020, (void **)&drv.htod_async)) ||
-        (s = pinstage_driver_get_proc("cuMemcpyDtoHAsync", 3020, (void **)&drv.dtoh_async)) ||
-        (s = pinstage_driver_get_proc("cuStreamSynchronize", 2000, (void **)&drv.stream_sync)))
-        return driver_fail("driver entry points", s);
-
-    CUstream stream;
-    if ((s = pinstage_stream_create(&stream, PINSTAGE_STREAM_NON_BLOCKING))) return driver_fail("stream", s);
-
-    size_t ndirs = directions == 3 ? 2 : 1, total = nsizes * ndirs * npaths, done = 0;
-    bench_result *results = calloc(total, sizeof *results);
-    if (!results) return fail("out of host memory");
-    int rc = 0;
-    for (size_t z = 0; z < nsizes && !rc; z++)
-        for (int d = 0; d < 2 && !rc; d++) {
-            if (!(directions & (1 << d))) continue;
-            bench_cell cell = {.direction = d ? BENCH_D2H : BENCH_H2D, .bytes = sizes[z].bytes,
-                               .stream = stream, .driver = &drv, .seed = (unsigned)(z * 16 + (size_t)d * 8)};
-            if (!o.quiet)
-                fprintf(stderr, "[%zu/%zu] %s %zu bytes\n", done / npaths + 1, total / npaths,
-                        bench_direction_name(cell.direction), cell.bytes);
-            cell.host = host_memory(cell.bytes);
-            if (!cell.host) {
-                rc = fail("out of host memory");
-                break;
-            }
-            if ((s = pinstage_devbuf_alloc_u8(&cell.device, cell.bytes))) {
-                free(cell.host);
-                rc = driver_fail("device memory", s);
-                break;
-            }
-            rc = measure_cell(&cell, paths, npaths, &o, sizes[z].label, results + done);
-            done += npaths;
-            pinstage_devbuf_free(cell.device);
-            free(cell.host);
+        rc = run_mode(pipeline_mode, &pipe, &ctx, format, output, json_output);
+    } else {
+        if (!nsizes) {
+            memcpy(sizes, seed_sizes, sizeof seed_sizes);
+            nsizes = 3;
         }
-    pinstage_stream_destroy(stream);
-    if (rc) {
-        free(results);
-        return rc;
+        bench_load l;
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        if (load_kind == BENCH_LOAD_CPU) bench_load_start(&l, cpus > 4 ? (unsigned)(cpus - 4) : 0, BENCH_LOAD_CPU);
+        if (load_kind == BENCH_LOAD_MEMORY) bench_load_start(&l, 4, BENCH_LOAD_MEMORY);
+        rc = table_mode(sizes, nsizes, directions, paths, npaths, &o, &ctx, format, output, json_output);
+        if (load_kind != BENCH_LOAD_NONE) bench_load_stop(&l);
     }
-
-    FILE *out = stdout;
-    if (output && !(out = fopen(output, "w"))) {
-        free(results);
-        return fail("cannot open the -o file");
-    }
-    bench_report(out, format, &ctx, results, done);
-    if (out != stdout && fclose(out)) rc = fail("writing the -o file failed");
-    if (json_output) {
-        FILE *j = fopen(json_output, "w");
-        if (!j) {
-            rc = fail("cannot open the --json file");
-        } else {
-            bench_report(j, BENCH_JSON, &ctx, results, done);
-            if (fclose(j)) rc = fail("writing the --json file failed");
-        }
-    }
-    free(results);
     pinstage_profile_free(loaded);
     return rc;
 }

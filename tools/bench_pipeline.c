@@ -24,11 +24,6 @@
 
 typedef int (*dtod_async_fn)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
 
-static double median(double *v, size_t n) {
-    qsort(v, n, sizeof *v, bench_compare_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 typedef struct {
     unsigned frame;
     double fill_us;
@@ -143,8 +138,8 @@ static pinstage_status measure_fill(pipeline *p, const pipeline_options *o, pipe
     }
     pinstage_ring_get_stats(p->ring, &after);
     r->slot_waits = after.slot_waits - before.slot_waits;
-    r->sync_median = median(sync, o->rounds);
-    r->ring_median = median(ring, o->rounds);
+    r->sync_median = bench_median(sync, o->rounds);
+    r->ring_median = bench_median(ring, o->rounds);
     return PINSTAGE_SUCCESS;
 }
 
@@ -167,8 +162,8 @@ static pinstage_status measure_return(pipeline *p, unsigned reps, double *async_
     }
     if (!s) s = pinstage_ring_synchronize(p->ring);
     if (!s) {
-        *async_us = median(a, reps);
-        *sync_us = median(b, reps);
+        *async_us = bench_median(a, reps);
+        *sync_us = bench_median(b, reps);
     }
     free(a);
     free(b);
@@ -195,7 +190,7 @@ int bench_pipeline(const pipeline_options *o, const bench_context *ctx, FILE *te
     if (!s) {
         double *us = malloc(o->frames * sizeof *us);
         s = us ? run_sync(&p, o->frames, 0, us) : PINSTAGE_ERROR_OUT_OF_MEMORY;
-        if (!s) transfer_us = median(us, o->frames);
+        if (!s) transfer_us = bench_median(us, o->frames);
         free(us);
     }
     for (size_t i = 0; i < o->nfills && !s; i++) {

@@ -90,13 +90,13 @@ static void text_report(FILE *out, const bench_context *c, const bench_result *r
         }
     }
 
-    fprintf(out, "\n%-4s %11s %-14s %-14s %5s %11s %10s %10s %10s %8s %7s\n", "dir", "bytes", "shape", "path",
-            "reps", "median_us", "min_us", "p10_us", "p90_us", "GB/s", "ratio");
+    fprintf(out, "\n%-4s %11s %-14s %-14s %5s %11s %10s %10s %10s %8s %7s %10s\n", "dir", "bytes", "shape", "path",
+            "reps", "median_us", "min_us", "p10_us", "p90_us", "GB/s", "ratio", "cpu_us/GB");
     for (size_t i = 0; i < n; i++)
-        fprintf(out, "%-4s %11zu %-14s %-14s %5zu %11.2f %10.2f %10.2f %10.2f %8.2f %6.2fx%s\n",
+        fprintf(out, "%-4s %11zu %-14s %-14s %5zu %11.2f %10.2f %10.2f %10.2f %8.2f %6.2fx %10.0f%s\n",
                 bench_direction_name(r[i].direction), r[i].bytes, r[i].label[0] ? r[i].label : "-",
                 r[i].path->name, r[i].reps, r[i].median_us, r[i].min_us, r[i].p10_us, r[i].p90_us, r[i].gbps,
-                r[i].ratio, mark);
+                r[i].ratio, r[i].cpu_us_per_gb, mark);
 }
 
 static void csv_report(FILE *out, const bench_context *c, const bench_result *r, size_t n) {
@@ -118,9 +118,10 @@ static void json_report(FILE *out, const bench_context *c, const bench_result *r
                 r[i].bytes);
         json_string(out, r[i].label);
         fprintf(out, ", \"path\": \"%s\", \"reps\": %zu, \"median_us\": %.3f, \"min_us\": %.3f, \"p10_us\": %.3f, "
-                     "\"p90_us\": %.3f, \"gbps\": %.3f, \"ratio_vs_pageable\": %.4f, \"emulated\": %s}%s\n",
+                     "\"p90_us\": %.3f, \"gbps\": %.3f, \"ratio_vs_pageable\": %.4f, \"cpu_us_per_gb\": %.1f, "
+                     "\"emulated\": %s}%s\n",
                 r[i].path->name, r[i].reps, r[i].median_us, r[i].min_us, r[i].p10_us, r[i].p90_us, r[i].gbps,
-                r[i].ratio, c->emulated ? "true" : "false", i + 1 < n ? "," : "");
+                r[i].ratio, r[i].cpu_us_per_gb, c->emulated ? "true" : "false", i + 1 < n ? "," : "");
     }
     fprintf(out, "  ]\n}\n");
 }
