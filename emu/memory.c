@@ -272,6 +272,10 @@ static CUresult pointer_attribute(void *data, CUpointer_attribute attribute, CUd
         if (!g) return CUDA_ERROR_INVALID_VALUE;
         *(size_t *)data = g->bytes;
         return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+        if (!g) return CUDA_ERROR_INVALID_VALUE;
+        *(int *)data = g->device;
+        return CUDA_SUCCESS;
     default:
         return CUDA_ERROR_INVALID_VALUE;
     }

@@ -57,6 +57,7 @@
     X(CU_MEMHOSTREGISTER_PORTABLE, 1)                                        \
     X(CU_MEMHOSTREGISTER_DEVICEMAP, 2)                                       \
     X(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, 2)                                   \
+    X(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, 9)                                \
     X(CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, 11)                             \
     X(CU_POINTER_ATTRIBUTE_RANGE_SIZE, 12)                                   \
     X(CU_MEMORYTYPE_HOST, 1)                                                 \

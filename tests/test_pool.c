@@ -415,7 +415,9 @@ static void start_resize_idle_shutdown(void) {
     pinstage_pool_set_spin_us(1000);
     pinstage_pool_get_info(&info);
     CHECK_EQ(info.spin_us, 1000);
-    ps_pool_run(ps_pool_default(), 64, 3, count_block, new_tally()); /* starts them for sure */
+    tally *started = new_tally();
+    ps_pool_run(ps_pool_default(), 64, 3, count_block, started); /* starts them for sure */
+    free(started);
     engine_transfer();
     sleep_ms(100);
     pinstage_pool_get_info(&info);

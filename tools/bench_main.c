@@ -631,7 +631,7 @@ int main(int argc, char **argv) {
         exe[len > 0 ? len : 0] = 0;
         co.exe = exe;
         static char *args[32];
-        static char device_arg[16], pool_arg[16];
+        static char device_arg[24], pool_arg[24];
         size_t k = 0;
         args[k++] = "--driver";
         args[k++] = ctx.driver_path;
