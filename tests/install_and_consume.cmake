@@ -36,6 +36,16 @@ if(EXISTS ${prefix}/include/pinstage_emu.h)
   message(FATAL_ERROR "the emulator's header belongs under include/pinstage/")
 endif()
 
+# The installed bench starts from a prefix outside the loader's path, with
+# the library it was installed with, and runs on the installed emulator.
+file(GLOB _emu ${prefix}/lib*/libpinstage_emu.so)
+execute_process(COMMAND ${CMAKE_COMMAND} -E env --unset=LD_LIBRARY_PATH --unset=PINSTAGE_DRIVER
+                        ${prefix}/bin/pinstage-bench --emulate --sizes 4K --paths pageable,auto --reps 3 --warmup 1 --quiet
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "auto")
+  message(FATAL_ERROR "the installed pinstage-bench does not run from ${prefix}: ${rc}\n${out}\n${err}")
+endif()
+
 set(consumer ${WORK_DIR}/consumer)
 file(MAKE_DIRECTORY ${consumer})
 set(program [=[
