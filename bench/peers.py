@@ -1,21 +1,30 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""What users would pick instead of pinstage: PyTorch's and CuPy's transfer
-paths, measured with pinstage-bench's method (wall clock around each whole
-call, finished with a stream synchronize so every call ends with the data
-landed; median; each path in blocks of consecutive calls, the blocks of all
-paths alternating in three passes) and written in
-pinstage-bench's JSON schema (docs/benchmarks.md).
+"""pinstage from Python beside what users would pick instead, PyTorch's and
+CuPy's transfer paths, in the same process, measured with pinstage-bench's
+method (wall clock around each whole call, finished with a stream
+synchronize so every call ends with the data landed; median; each path in
+blocks of consecutive calls, the blocks of all paths alternating in three
+passes) and written in pinstage-bench's JSON schema (docs/benchmarks.md).
 
-usage: peers.py [--sizes LIST | --sweep A:B] [--reps N] [--warmup N]
-                [--budget S] [--device N] [-o FILE]
+usage: peers.py [--sizes LIST | --sweep A:B] [--paths LIST] [--reps N] [--warmup N]
+                [--budget S] [--device N] [--fresh N] [-o FILE]
 
 Paths (ratio_vs_pageable is against torch-pageable in the same run):
-  torch-pageable   d.copy_(cpu) / cpu.copy_(d) with ordinary tensors
-  torch-pin-call   a pinned tensor made per call (PyTorch caches pinned blocks)
-  torch-copy-in    a reused pinned tensor: copy in, non_blocking copy, sync (and the mirror)
-  torch-resident   non_blocking copy from / into a reused pinned tensor, sync
-  cupy-set-get     cupy ndarray.set(numpy) / ndarray.get(out=numpy)
+  torch-pageable     d.copy_(cpu) / cpu.copy_(d) with ordinary tensors
+  torch-from-numpy   d.copy_(torch.from_numpy(a)) / torch.from_numpy(o).copy_(d)
+  torch-pin-call     a pinned tensor made per call (PyTorch caches pinned blocks)
+  torch-copy-in      a reused pinned tensor: copy in, non_blocking copy, sync (and the mirror)
+  torch-resident     non_blocking copy from / into a reused pinned tensor, sync
+  cupy-set-get       cupy ndarray.set(numpy) / ndarray.get(out=numpy)
+  pinstage           pinstage.Buffer.upload(tensor, numpy) / .download(numpy, tensor)
+  pinstage-devarray  the same into a pinstage.DeviceArray (no framework interface to read)
+  pinstage-resident  upload_with (the fill writes nothing) / download_into
+and, timed from C inside the module in the same process (what a C program
+pays for the same call): pinstage-c, pinstage-resident-c.
+
+--fresh N runs the measurement in N fresh processes, one after another, and
+writes every process's rows (with "process": i) to one file.
 """
 import argparse
 import datetime
@@ -70,8 +79,8 @@ def cpu_model():
     return platform.processor() or "unknown"
 
 
-def make_paths(torch, cupy, numpy, nbytes, dev):
-    """Returns {name: (h2d_fn, d2h_fn, check_fn)} for one size."""
+def make_paths(torch, cupy, numpy, pinstage, nbytes, dev):
+    """Returns ({name: (h2d_fn, d2h_fn)}, state) for one size."""
     stream = torch.cuda.current_stream(dev)
     n = nbytes  # uint8 elements
     src = torch.randint(0, 256, (n,), dtype=torch.uint8)
@@ -118,7 +127,19 @@ def make_paths(torch, cupy, numpy, nbytes, dev):
         pinned.copy_(d, non_blocking=True)
         stream.synchronize()
 
+    a_np = src.numpy()
+    o_np = host_out.numpy()
+
+    def from_numpy_h2d():
+        d.copy_(torch.from_numpy(a_np))
+        stream.synchronize()
+
+    def from_numpy_d2h():
+        torch.from_numpy(o_np).copy_(d)
+        stream.synchronize()
+
     paths["torch-pageable"] = (pageable_h2d, pageable_d2h)
+    paths["torch-from-numpy"] = (from_numpy_h2d, from_numpy_d2h)
     paths["torch-pin-call"] = (pin_call_h2d, pin_call_d2h)
     paths["torch-copy-in"] = (copy_in_h2d, copy_out_d2h)
     paths["torch-resident"] = (resident_h2d, resident_d2h)
@@ -138,11 +159,49 @@ def make_paths(torch, cupy, numpy, nbytes, dev):
 
         paths["cupy-set-get"] = (cupy_h2d, cupy_d2h)
         state.update(cd=cd, a=a, o=o)
+    if pinstage is not None:
+        # Each path its own buffer, as separate programs would have.
+        buf, buf_dev, buf_res = pinstage.Buffer(), pinstage.Buffer(), pinstage.Buffer()
+        dev_array = pinstage.DeviceArray(n)
+
+        def ps_h2d():
+            buf.upload(d, a_np)
+
+        def ps_d2h():
+            buf.download(o_np, d)
+
+        def ps_dev_h2d():
+            buf_dev.upload(dev_array, a_np)
+
+        def ps_dev_d2h():
+            buf_dev.download(o_np, dev_array)
+
+        def noop(view):
+            pass
+
+        def ps_res_h2d():
+            buf_res.upload_with(d, noop)
+
+        def ps_res_d2h():
+            buf_res.download_into(d)
+
+        paths["pinstage"] = (ps_h2d, ps_d2h)
+        paths["pinstage-devarray"] = (ps_dev_h2d, ps_dev_d2h)
+        paths["pinstage-resident"] = (ps_res_h2d, ps_res_d2h)
+        state.update(buf=buf, buf_res=buf_res, dev_array=dev_array, a_np=a_np, o_np=o_np)
     return paths, state
 
 
 def moved_right(name, direction, state, torch, cupy):
     """After one call of a path: are the bytes where they belong?"""
+    if name == "pinstage-resident":
+        return True  # the fill writes nothing: the C suite checks these bytes
+    if name == "pinstage-devarray":
+        out = bytearray(state["dev_array"].nbytes)
+        if direction == "h2d":
+            state["dev_array"].copy_to_host(out)
+            return bytes(out) == state["a_np"].tobytes()
+        return state["o_np"].tobytes() == state["a_np"].tobytes()
     if direction == "h2d":
         if name.startswith("cupy"):
             return bool((cupy.asnumpy(state["cd"]) == state["a"]).all())
@@ -164,48 +223,30 @@ def poison(direction, state, cupy):
         state["d"].copy_(state["src"])
         state["host_out"].fill_(7)
         state["pinned"].fill_(7)
+        if "dev_array" in state:
+            state["dev_array"].copy_from_host(state["a_np"])
         if cupy is not None:
             state["cd"].set(state["a"])
             state["o"].fill(7)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes")
-    ap.add_argument("--sweep")
-    ap.add_argument("--reps", type=int, default=300)
-    ap.add_argument("--warmup", type=int, default=30)
-    ap.add_argument("--budget", type=float, default=3.0)
-    ap.add_argument("--device", type=int, default=0)
-    ap.add_argument("-o", dest="output")
-    args = ap.parse_args()
-
-    import numpy
-    import torch
-    try:
-        import cupy
-    except Exception:  # CuPy is optional
-        cupy = None
-    dev = torch.device("cuda", args.device)
-    torch.cuda.set_device(dev)
-    if cupy is not None:
-        cupy.cuda.Device(args.device).use()
-
+def measure(args, torch, cupy, numpy, pinstage, dev):
+    """Every chosen path at every size, both directions: result rows."""
     results = []
     sizes = sizes_from(args)
+    wanted = set(args.paths.split(",")) if args.paths else None
     for k, (nbytes, label) in enumerate(sizes):
-        paths, state = make_paths(torch, cupy, numpy, nbytes, dev)
+        paths, state = make_paths(torch, cupy, numpy, pinstage, nbytes, dev)
+        names = [p for p in paths if wanted is None or p in wanted or p == "torch-pageable"]
         for direction, idx in (("h2d", 0), ("d2h", 1)):
             print(f"[{k + 1}/{len(sizes)}] {direction} {nbytes} bytes", file=sys.stderr)
-            names = list(paths)
             for name in names:
                 poison(direction, state, cupy)
                 torch.cuda.synchronize()
                 paths[name][idx]()
                 torch.cuda.synchronize()
                 if not moved_right(name, direction, state, torch, cupy):
-                    print(f"peers.py: {name} {direction} moved wrong bytes", file=sys.stderr)
-                    return 1
+                    raise SystemExit(f"peers.py: {name} {direction} moved wrong bytes")
             if direction == "h2d":
                 state["pinned"].copy_(state["src"])  # resident uploads read it
             # pinstage-bench's method: warm-up per path, then each path in blocks of
@@ -224,46 +265,75 @@ def main():
             for p in range(PASSES):
                 for name in names:
                     fn = paths[name][idx]
-                    for k in range(BLOCK_WARMUP + reps // PASSES + (p < reps % PASSES)):
+                    for j in range(BLOCK_WARMUP + reps // PASSES + (p < reps % PASSES)):
                         t = time.perf_counter_ns()
                         fn()
                         elapsed = (time.perf_counter_ns() - t) / 1e3
-                        if k >= BLOCK_WARMUP:
+                        if j >= BLOCK_WARMUP:
                             samples[name].append(elapsed)
+            if pinstage is not None and (wanted is None or "pinstage-c" in wanted):
+                # The same calls timed from C inside the module: what C pays.
+                host = state["a_np"] if direction == "h2d" else state["o_np"]
+                samples["pinstage-c"] = state["buf"]._c_loop(state["d"], host, idx, reps)
+                samples["pinstage-resident-c"] = state["buf_res"]._c_loop(state["d"], None, 2 + idx, reps)
             med = {}
-            for name in names:
-                s = sorted(samples[name])
-                med[name] = (quantile(s, 0.5), s[0], quantile(s, 0.1), quantile(s, 0.9))
-            for name in names:
-                m = med[name]
+            for name, values in samples.items():
+                v = sorted(values)
+                med[name] = (quantile(v, 0.5), v[0], quantile(v, 0.1), quantile(v, 0.9), len(v))
+            for name, m in med.items():
                 results.append({"direction": direction, "bytes": nbytes, "label": label, "path": name,
-                                "reps": reps, "median_us": round(m[0], 3), "min_us": round(m[1], 3),
+                                "reps": m[4], "median_us": round(m[0], 3), "min_us": round(m[1], 3),
                                 "p10_us": round(m[2], 3), "p90_us": round(m[3], 3),
                                 "gbps": round(nbytes / (m[0] * 1e3), 3),
                                 "ratio_vs_pageable": round(med["torch-pageable"][0] / m[0], 4),
                                 "emulated": False})
         del paths, state
         torch.cuda.empty_cache()
+    return results
 
-    props = torch.cuda.get_device_properties(dev)
-    driver = cupy.cuda.runtime.driverGetVersion() if cupy is not None else 0
-    doc = {
-        "schema": "pinstage-bench/1",
-        "context": {
-            "tool": "peers.py",
-            "library_version": f"torch {torch.__version__}" + (f", cupy {cupy.__version__}" if cupy else ""),
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "device": torch.cuda.get_device_name(dev),
-            "compute_capability": f"{props.major}.{props.minor}",
-            "pci_bus_id": "", "pcie_link": "unknown", "copy_engines": 0,
-            "driver_version": driver, "driver_path": "", "emulated": False,
-            "host_cpu": cpu_model(), "host_cores": os.cpu_count() or 0,
-            "reps": args.reps, "warmup": args.warmup, "budget_s": args.budget,
-            "method": "Python wall clock around each whole call ending in a stream sync; median; paths in alternating blocks",
-            "command": " ".join(["peers.py"] + sys.argv[1:]),
-        },
-        "results": results,
-    }
+
+def fresh(args):
+    """--fresh N: this script in N fresh processes, one after another."""
+    import subprocess
+    import tempfile
+    rows, doc = [], None
+    child = [a for a in sys.argv[1:]]
+    at = child.index("--fresh")
+    del child[at:at + 2]
+    if "-o" in child:
+        at = child.index("-o")
+        del child[at:at + 2]
+    for i in range(args.fresh):
+        print(f"fresh process {i + 1} of {args.fresh}", file=sys.stderr)
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "rows.json")
+            subprocess.run([sys.executable, os.path.abspath(__file__), *child, "-o", out], check=True)
+            doc = json.load(open(out))
+        for r in doc["results"]:
+            rows.append(dict(r, process=i, condition="fresh-process"))
+    doc["results"] = rows
+    doc["context"]["command"] = " ".join(["peers.py"] + sys.argv[1:])
+    doc["context"]["method"] += f"; {args.fresh} fresh processes, one after another"
+    doc["processes"] = args.fresh
+    return doc
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes")
+    ap.add_argument("--sweep")
+    ap.add_argument("--paths", help="comma-separated subset of the paths (torch-pageable is always measured)")
+    ap.add_argument("--reps", type=int, default=300)
+    ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--budget", type=float, default=3.0)
+    ap.add_argument("--device", type=int, default=0)
+    ap.add_argument("--fresh", type=int, default=0, help="run in N fresh processes")
+    ap.add_argument("-o", dest="output")
+    args = ap.parse_args()
+    if args.fresh:
+        doc = fresh(args)
+    else:
+        doc = run(args)
     text = json.dumps(doc, indent=1)
     if args.output:
         with open(args.output, "w") as f:
@@ -271,6 +341,47 @@ def main():
     else:
         print(text)
     return 0
+
+
+def run(args):
+    import numpy
+    import torch
+    try:
+        import cupy
+    except Exception:  # CuPy is optional
+        cupy = None
+    try:
+        import pinstage
+    except ImportError:  # measured where the module is installed
+        pinstage = None
+    dev = torch.device("cuda", args.device)
+    torch.cuda.set_device(dev)
+    if cupy is not None:
+        cupy.cuda.Device(args.device).use()
+    results = measure(args, torch, cupy, numpy, pinstage, dev)
+    props = torch.cuda.get_device_properties(dev)
+    driver = cupy.cuda.runtime.driverGetVersion() if cupy is not None else 0
+    versions = f"torch {torch.__version__}" + (f", cupy {cupy.__version__}" if cupy else "")
+    if pinstage is not None:
+        versions += f", pinstage {pinstage.__version__} (Python module)"
+    return {
+        "schema": "pinstage-bench/1",
+        "context": {
+            "tool": "peers.py",
+            "library_version": versions,
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "device": torch.cuda.get_device_name(dev),
+            "compute_capability": f"{props.major}.{props.minor}",
+            "pci_bus_id": "", "pcie_link": "unknown", "copy_engines": 0,
+            "driver_version": driver, "driver_path": "", "emulated": False,
+            "host_cpu": cpu_model(), "host_cores": os.cpu_count() or 0,
+            "reps": args.reps, "warmup": args.warmup, "budget_s": args.budget,
+            "method": "Python wall clock around each whole call ending in a stream sync (pinstage's calls end "
+                      "landed); median; paths in alternating blocks; *-c paths timed in C inside the module",
+            "command": " ".join(["peers.py"] + sys.argv[1:]),
+        },
+        "results": results,
+    }
 
 
 if __name__ == "__main__":

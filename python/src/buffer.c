@@ -4,6 +4,7 @@
  * will reuse, then the transfer with the GIL released. */
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include "pinstage_py.h"
 
@@ -381,6 +382,56 @@ static PyObject *Buffer_download_into(PsPy_Buffer *self, PyObject *const *args, 
     return view;
 }
 
+/* _c_loop: the same transfer `count` times from C, each timed alone, for
+ * measuring what the module adds to a call (bench/peers.py). */
+static void no_fill(void *dst, size_t n, void *user) { (void)dst, (void)n, (void)user; }
+
+static double now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static PyObject *Buffer_c_loop(PsPy_Buffer *self, PyObject *args) {
+    PyObject *device, *host, *stream_obj = Py_None;
+    int kind, count;
+    if (!PyArg_ParseTuple(args, "OOii|O:_c_loop", &device, &host, &kind, &count, &stream_obj)) return NULL;
+    if (kind < 0 || kind > 3 || count < 1) {
+        PyErr_SetString(PyExc_ValueError, "_c_loop: kind 0-3 (upload, download, upload_with, download_into), count >= 1");
+        return NULL;
+    }
+    if (begin(self, "_c_loop") < 0) return NULL;
+    transfer t;
+    int with_host = kind < 2;
+    if (transfer_get(&t, device, kind != 1 && kind != 3, "device", with_host ? host : NULL, kind == 1, "host",
+                     stream_obj) < 0) {
+        pspy_lock_give(&self->lock);
+        return NULL;
+    }
+    double *us = PyMem_Malloc((size_t)count * sizeof *us);
+    pinstage_status s = us ? PINSTAGE_SUCCESS : PINSTAGE_ERROR_OUT_OF_MEMORY;
+    Py_BEGIN_ALLOW_THREADS for (int i = 0; i < count && !s; i++) {
+        const void *view;
+        double start = now_us();
+        switch (kind) {
+        case 0: s = pinstage_buffer_upload(self->buf, t.devbuf, t.host.view.buf, t.device.nbytes, t.stream); break;
+        case 1: s = pinstage_buffer_download(self->buf, t.host.view.buf, t.device.nbytes, t.devbuf, t.stream); break;
+        case 2: s = pinstage_buffer_upload_with(self->buf, t.devbuf, t.device.nbytes, t.stream, no_fill, NULL); break;
+        default: s = pinstage_buffer_download_into(self->buf, t.devbuf, t.device.nbytes, t.stream, &view); break;
+        }
+        us[i] = now_us() - start;
+    }
+    Py_END_ALLOW_THREADS
+    transfer_release(&t);
+    pspy_lock_give(&self->lock);
+    PyObject *list = NULL;
+    if (!s && (list = PyList_New(count)))
+        for (int i = 0; i < count; i++) PyList_SET_ITEM(list, i, PyFloat_FromDouble(us[i]));
+    PyMem_Free(us);
+    if (s) return us ? pspy_raise(s) : PyErr_NoMemory();
+    return list;
+}
+
 static PyObject *Buffer_repr(PsPy_Buffer *self) {
     if (!self->buf) return PyUnicode_FromString("<pinstage.Buffer closed>");
     return PyUnicode_FromFormat("<pinstage.Buffer capacity=%zu>", pinstage_buffer_capacity(self->buf));
@@ -425,6 +476,10 @@ static PyMethodDef Buffer_methods[] = {
      "use make it raise BufferError. Closing twice is fine."},
     {"__enter__", Buffer_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)Buffer_exit, METH_VARARGS, NULL},
+    {"_c_loop", (PyCFunction)Buffer_c_loop, METH_VARARGS,
+     "_c_loop(device, host, kind, count, stream=None) -> [us, ...]\n--\n\nFor benchmarks: the transfer (kind 0 "
+     "upload, 1 download, 2 upload_with writing nothing, 3 download_into) `count` times from C, each call's "
+     "time: what a C program pays, beside which the module's own cost shows."},
     {NULL, NULL, 0, NULL},
 };
 
