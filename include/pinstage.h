@@ -88,9 +88,9 @@
  * One pinstage_buffer (and the view download_into returns) is used by one
  * thread at a time; distinct buffers are independent and may be used from
  * different threads concurrently. Rings and device buffers follow the same rule.
- * Loading the driver, status names, version queries, profiles and the
- * worker pool's functions are thread-safe; the last-error message is per
- * thread.
+ * Loading the driver, status names, version queries, profiles, route
+ * adaptation and the worker pool's functions are thread-safe; the
+ * last-error message is per thread.
  *
  * The driver
  * ----------
@@ -158,7 +158,7 @@ extern "C" {
 /* ---- Version ------------------------------------------------------------ */
 
 #define PINSTAGE_VERSION_MAJOR 0
-#define PINSTAGE_VERSION_MINOR 2
+#define PINSTAGE_VERSION_MINOR 3
 #define PINSTAGE_VERSION_PATCH 0
 #define PINSTAGE_VERSION_NUMBER \
     (PINSTAGE_VERSION_MAJOR * 10000 + PINSTAGE_VERSION_MINOR * 100 + PINSTAGE_VERSION_PATCH)
@@ -374,7 +374,10 @@ typedef struct pinstage_stats {
     size_t peak_capacity;        /* largest capacity the buffer has had */
     uint64_t engine_transfers;   /* staged by the copy engine (chunked, multi-threaded) */
     uint64_t pinned_host_transfers; /* upload/download whose host memory was already page-locked:
-                                       one DMA straight from / into it, no staging */
+                                       one DMA straight from / into it, no staging (uploads of
+                                       up to 64 KiB the pageable route takes are not asked: the
+                                       driver's copy moves page-locked memory by DMA too, and
+                                       they count in pageable_transfers) */
     uint64_t retired_blocks;     /* pinned blocks dropped because a failed wait left a DMA
                                     possibly still using them (see "Failures") */
     uint64_t pinned_fallbacks;   /* upload/download that could not pin (the driver, or a pinned
@@ -829,13 +832,24 @@ PINSTAGE_API pinstage_status pinstage_route_get_info(pinstage_direction dir, siz
 /* ---- The worker pool ----------------------------------------------------- */
 
 /* The engine's host copies run on one process-wide pool of worker threads
- * plus the calling thread. The pool starts at the first engine transfer,
- * with one worker per CPU this process may run on, less one for the caller
- * (PINSTAGE_POOL_AUTO). After a piece of work a worker spins for a short
- * while (200 us by default: the next chunk is usually microseconds away),
- * then parks on a condition variable: an idle process uses no CPU. The
- * workers are joined at exit. One transfer at a time uses the workers; a
- * transfer on another thread meanwhile copies on its own thread. */
+ * plus the calling thread. A transfer's host copy is cut into blocks (a few
+ * to a few hundred KiB) that whichever thread is running claims, the caller
+ * included: a thread that loses its CPU holds one block, not a share of
+ * the transfer, and the other threads copy on into the next chunks.
+ * Transfers on several threads share the workers. How many workers one
+ * transfer may have is capped by the CPUs that are free now: the CPUs this
+ * process may use (its affinity mask, lowered to its cgroup's CPU quota;
+ * PINSTAGE_CPUS=N in the environment overrides both), less the threads
+ * running elsewhere on the machine (sampled from /proc/loadavg at most
+ * every 2 ms) and the callers of the transfers in progress, shared among
+ * those transfers. So copy threads do not take turns with a pipeline's own.
+ * The pool starts at the first engine transfer with one worker per CPU the
+ * process may use, less one for the caller and, from 8 CPUs up, one more
+ * for the driver's threads and the rest of the program
+ * (PINSTAGE_POOL_AUTO). A worker spins while a transfer it helps may still
+ * open blocks, then for a short while (200 us by default: the next chunk is
+ * usually microseconds away), then parks on a condition variable: an idle
+ * process uses no CPU. The workers are joined at exit. */
 #define PINSTAGE_POOL_AUTO ((unsigned)-1)
 
 /* Sets the number of worker threads (0: the calling thread only;
