@@ -6,8 +6,9 @@ usage: make_docs.py RESULTS_DIR OUT.md
 
 RESULTS_DIR holds what gpu-check --full wrote: seed.json, sweep.json,
 peers.json, peers_sweep.json, blocking.json, hostalloc_*.json, profile.txt,
-calibrate.txt, and pipeline.json and soak.json when there are (any gpu-check run
-writes them).
+calibrate.txt, conditions.json and peers_fresh.json (bench/conditions.py makes
+that section), and pipeline.json and soak.json when there are (any gpu-check
+run writes them).
 
 The figures and commands all come from the JSON files' context objects;
 nothing here is typed in by hand.
@@ -16,6 +17,9 @@ import json
 import os
 import re
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import conditions  # noqa: E402
 
 
 def command(ctx):
@@ -287,6 +291,10 @@ def main():
             row += [cell(src.get((d, b, k))) for k in peer_paths]
             add("| " + " | ".join(row) + " |")
         add("")
+    if os.path.exists(f("conditions.json")):
+        peers_fresh = load(f("peers_fresh.json")) if os.path.exists(f("peers_fresh.json")) else None
+        png = "benchmarks/conditions.png" if os.path.exists(f("benchmarks/conditions.png")) else None
+        conditions.section(load(f("conditions.json")), peers_fresh, add, png)
     if os.path.exists(f("pipeline.json")):
         pipeline_section(load(f("pipeline.json")), add)
     if os.path.exists(f("soak.json")):
@@ -305,6 +313,14 @@ def main():
     add("synchronous pipeline with nothing to fill), `pipelines` (per fill: fill_multiple, fill_us, sync_fps,")
     add("ring_fps, ratio, slot_waits, and every round's fps), `call_return` (upload_with_async_us and")
     add("upload_with_us, medians, and their ratio) and the ring's `ring_stats`.\n")
+    add("`pinstage-bench --conditions --format json` writes `schema` (\"pinstage-bench-conditions/1\"), the same")
+    add("`context`, processes, engine_threads, `idle` (cpu_us of the process in window_s seconds, after_s after the")
+    add("last transfer) and `results`, one row per measurement: condition (fresh-process, warm, paced, cpu-load,")
+    add("mem-load, concurrent), direction, bytes, path (pageable, auto, floor), reps, median_us, p10_us, p90_us,")
+    add("cpu_us_per_gb (process CPU time per 1e9 bytes moved); fresh-process rows carry process, and those and")
+    add("mem-load rows memcpy_gbps (M) and, on auto, bound_us; concurrent rows carry threads, aggregate_gbps,")
+    add("bound_gbps, min_thread_gbps and mean_thread_gbps. `peers.py --fresh N` writes the peers' schema with")
+    add("condition and process on every row.\n")
     open(out, "w").write("\n".join(lines) + "\n")
     return 0
 

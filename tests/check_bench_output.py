@@ -155,6 +155,40 @@ def main():
         for bad in (["--soak", "1"], ["--soak", "x"], ["--soak-threads", "0"]):
             r = run(bench, env, *common, *bad)
             check(r.returncode == 2, f"{bad} is refused (exit {r.returncode})")
+        # --conditions: every condition, its rows' fields, the fresh processes' bounds.
+        r = run(bench, fast, "--emulate", "--driver", emu, "--conditions", "--processes", "2", "--sizes", "150528,1M",
+                "--sweep", "4K:8K", "--format", "json", "--quiet")
+        check(r.returncode == 0, f"--conditions exit {r.returncode}: {r.stderr}")
+        doc = json.loads(r.stdout) if r.returncode == 0 else {"results": []}
+        check(doc.get("schema") == "pinstage-bench-conditions/1", "conditions schema name")
+        check(doc.get("context", {}).get("emulated") is True and doc.get("processes") == 2, "conditions context")
+        check(doc.get("idle", {}).get("window_s") == 1.0, "conditions idle figure")
+        rows = doc["results"]
+        seen = {x["condition"] for x in rows}
+        check(seen == {"fresh-process", "warm", "paced", "cpu-load", "mem-load", "concurrent"},
+              f"every condition measured: {sorted(seen)}")
+        for x in rows:
+            check(x["direction"] in ("h2d", "d2h") and x["path"] in ("pageable", "auto", "floor"), f"row {x}")
+            check(x["median_us"] > 0 and x["cpu_us_per_gb"] >= 0, f"row figures {x}")
+        fresh = [x for x in rows if x["condition"] == "fresh-process"]
+        check({x["process"] for x in fresh} == {0, 1} and len(fresh) == 2 * 2 * 2 * 3, "fresh rows per process")
+        check(all(x.get("bound_us", 0) > 0 for x in fresh if x["path"] == "auto"), "auto rows carry their bound")
+        conc = [x for x in rows if x["condition"] == "concurrent"]
+        check(sorted({x["threads"] for x in conc}) == [2, 4, 8] and all(x["bytes"] == 1 << 20 for x in conc),
+              "concurrent rows: 2, 4, 8 threads at 1 MiB")
+        check(all(x["aggregate_gbps"] > 0 and x["min_thread_gbps"] <= x["mean_thread_gbps"] for x in conc),
+              "concurrent figures")
+        check({x["bytes"] for x in rows if x["condition"] == "cpu-load"} == {4096, 8192, 150528, 1 << 20},
+              "the cpu-load sweep and the sizes")
+        r = run(bench, env, "--emulate", "--driver", emu, "--conditions", "--processes", "0")
+        check(r.returncode == 2, "--processes 0 is refused")
+        # --trace reads what PINSTAGE_TRACE wrote.
+        trace = os.path.join(tmp, "trace.txt")
+        r = run(bench, dict(fast, PINSTAGE_TRACE=trace), *common, "--paths", "engine", "--sizes", "1M")
+        check(r.returncode == 0 and os.path.exists(trace), "a traced run writes its trace at exit")
+        r = run(bench, env, "--trace", trace)
+        lines = [x for x in r.stdout.splitlines() if x and not x.startswith("#")]
+        check(r.returncode == 0 and len(lines) > 2 and lines[1].split()[1] in ("h2d", "d2h"), "--trace summarizes it")
     print(f"{len(failures)} failed" if failures else "bench output ok")
     return 1 if failures else 0
 
