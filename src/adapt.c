@@ -12,9 +12,12 @@
 
 /* Recent transfers kept per route and class; the estimate is their median. */
 #define SAMPLES 8
-/* Fewer samples than this newer than FRESH_NS: no estimate. */
+/* Fewer samples than this newer than FRESH_NS: no estimate. Short, so the
+ * two sides are compared under the same load: a time measured before
+ * other threads started transferring would make the slower side look
+ * faster (the driver's pageable path serializes threads). */
 #define MIN_SAMPLES 3
-#define FRESH_NS 10000000000ull
+#define FRESH_NS 1000000000ull
 /* The other route must be this much faster to take over (hysteresis). */
 #define MARGIN 0.95f
 /* Probes of the route not taken: every PROBE_EVERY transfers of the class,

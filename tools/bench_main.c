@@ -38,6 +38,9 @@ static const char usage[] =
     "                     docs/benchmarks.md); --sizes sets the sizes (default 147K,4.7M,64M),\n"
     "                     --sweep the CPU-load sweep (default 4K:256M)\n"
     "  --processes N      with --conditions: fresh processes (default 10)\n"
+    "  --cold             with the path table: each call's host memory is the next of several\n"
+    "                     written buffers (1 GiB in all, at most 16), so it is not in a cache,\n"
+    "                     as a program's freshly produced frame often is not\n"
     "  --load KIND        with the path table: cpu (arithmetic on all CPUs but 4) or memory (4\n"
     "                     threads streaming memcpy) in this process while it measures\n"
     "  --trace FILE       no benchmark: summarize the timeline a run with PINSTAGE_TRACE=FILE wrote\n"
@@ -184,7 +187,7 @@ enum {
     OPT_SIZES = 256, OPT_SWEEP, OPT_DIRECTION, OPT_PATHS, OPT_ENGINE, OPT_PROFILE, OPT_CALIBRATE, OPT_THOROUGH,
     OPT_PIPELINE, OPT_FILL, OPT_FRAMES, OPT_RING_SLOTS, OPT_CONDITIONS, OPT_PROCESSES, OPT_CONDITIONS_CHILD,
     OPT_TRACE, OPT_SOAK, OPT_SOAK_THREADS, OPT_POOL_THREADS, OPT_SCHED, OPT_HOST_ALLOC, OPT_REPS, OPT_WARMUP,
-    OPT_BUDGET, OPT_DEVICE, OPT_FORMAT, OPT_JSON, OPT_EMULATE, OPT_DRIVER, OPT_QUIET, OPT_LOAD
+    OPT_BUDGET, OPT_DEVICE, OPT_FORMAT, OPT_JSON, OPT_EMULATE, OPT_DRIVER, OPT_QUIET, OPT_LOAD, OPT_COLD
 };
 
 static const struct option options[] = {
@@ -220,6 +223,7 @@ static const struct option options[] = {
     {"driver", required_argument, NULL, OPT_DRIVER},
     {"quiet", no_argument, NULL, OPT_QUIET},
     {"load", required_argument, NULL, OPT_LOAD},
+    {"cold", no_argument, NULL, OPT_COLD},
     {NULL, 0, NULL, 0},
 };
 
@@ -264,9 +268,25 @@ static int conditions_mode(void *arg, const bench_context *ctx, FILE *text, FILE
 }
 
 /* The path table: every chosen size, direction and path. */
+/* --cold: the next of several host buffers before every call. */
+#define COLD_BYTES ((size_t)1 << 30)
+#define COLD_MAX 16
+typedef struct {
+    bench_cell *cell;
+    unsigned char *hosts[COLD_MAX];
+    size_t count, next;
+} cold_hosts;
+
+static void next_host(void *arg) {
+    cold_hosts *c = arg;
+    c->cell->host = c->hosts[c->next++ % c->count];
+}
+
 static int table_mode(const bench_size *sizes, size_t nsizes, int directions, const bench_path **paths,
-                      size_t npaths, const bench_run_options *o, const bench_context *ctx, bench_format format,
-                      const char *output, const char *json_output) {
+                      size_t npaths, const bench_run_options *run, int cold, const bench_context *ctx,
+                      bench_format format, const char *output, const char *json_output) {
+    bench_run_options options = *run;
+    const bench_run_options *o = &options;
     bench_driver drv;
     pinstage_status s;
     if ((s = pinstage_driver_get_proc("cuMemAllocHost", 3020, (void **)&drv.alloc_host)) ||
@@ -301,10 +321,18 @@ static int table_mode(const bench_size *sizes, size_t nsizes, int directions, co
                 rc = bench_driver_fail("device memory", s);
                 break;
             }
+            cold_hosts ch = {&cell, {cell.host}, 1, 0};
+            if (cold) {
+                size_t want = COLD_BYTES / cell.bytes;
+                for (; ch.count < want && ch.count < COLD_MAX; ch.count++)
+                    if (!(ch.hosts[ch.count] = bench_host_memory(cell.bytes))) break;
+                options.before_call = next_host;
+                options.before_arg = &ch;
+            }
             rc = bench_measure(&cell, paths, npaths, o, sizes[z].label, results + done);
             done += npaths;
             pinstage_devbuf_free(cell.device);
-            free(cell.host);
+            for (size_t i = 0; i < ch.count; i++) free(ch.hosts[i]);
         }
     pinstage_stream_destroy(stream);
     if (rc) {
@@ -338,7 +366,7 @@ int main(int argc, char **argv) {
     int directions = 3, device = 0, emulate = 0, sweep_given = 0;
     const char *paths_arg = NULL, *output = NULL, *json_output = NULL, *driver = NULL, *trace_path = NULL;
     const char *profile_path = NULL, *calibrate_path = NULL;
-    int thorough = 0, sched = -1, pipeline = 0, conditions = 0, load_kind = BENCH_LOAD_NONE;
+    int thorough = 0, sched = -1, pipeline = 0, conditions = 0, load_kind = BENCH_LOAD_NONE, cold = 0;
     long child = -1;
     unsigned long soak = 0, processes = 10, n;
     unsigned soak_threads = 4;
@@ -504,6 +532,9 @@ int main(int argc, char **argv) {
         case OPT_QUIET:
             o.quiet = 1;
             break;
+        case OPT_COLD:
+            cold = 1;
+            break;
         case OPT_LOAD:
             if ((load_kind = pick(v, load_names, 3)) < 0) return bench_fail("--load takes cpu or memory");
             break;
@@ -668,7 +699,7 @@ int main(int argc, char **argv) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         if (load_kind == BENCH_LOAD_CPU) bench_load_start(&l, cpus > 4 ? (unsigned)(cpus - 4) : 0, BENCH_LOAD_CPU);
         if (load_kind == BENCH_LOAD_MEMORY) bench_load_start(&l, 4, BENCH_LOAD_MEMORY);
-        rc = table_mode(sizes, nsizes, directions, paths, npaths, &o, &ctx, format, output, json_output);
+        rc = table_mode(sizes, nsizes, directions, paths, npaths, &o, cold, &ctx, format, output, json_output);
         if (load_kind != BENCH_LOAD_NONE) bench_load_stop(&l);
     }
     pinstage_profile_free(loaded);

@@ -536,15 +536,17 @@ pinstage_status pspy_order_after_producer(const pspy_device *d, CUstream stream)
 }
 
 int pspy_check_pair(const pspy_host *h, const pspy_device *d, const char *host_what, const char *device_what) {
-    if ((size_t)h->view.len != d->nbytes) {
-        PyErr_Format(PyExc_ValueError, "%s holds %zd bytes but %s holds %zu bytes (%zu elements of %zu bytes)",
-                     host_what, h->view.len, device_what, d->nbytes, d->nbytes / d->itemsize, d->itemsize);
-        return -1;
-    }
+    /* The element types first: float64 host memory for a float32 tensor is
+     * the mistake to name, not the byte counts it leads to. */
     if (h->kind && d->kind && (h->kind != d->kind || (size_t)h->itemsize != d->itemsize)) {
         PyErr_Format(PyExc_TypeError, "%s holds %s%zd elements (format '%s') but %s holds %s%zu elements", host_what,
                      kind_name(h->kind), h->itemsize * 8, h->view.format ? h->view.format : "B", device_what,
                      kind_name(d->kind), d->itemsize * 8);
+        return -1;
+    }
+    if ((size_t)h->view.len != d->nbytes) {
+        PyErr_Format(PyExc_ValueError, "%s holds %zd bytes but %s holds %zu bytes (%zu elements of %zu bytes)",
+                     host_what, h->view.len, device_what, d->nbytes, d->nbytes / d->itemsize, d->itemsize);
         return -1;
     }
     return 0;
