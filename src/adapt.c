@@ -46,6 +46,12 @@ typedef struct {
 } class_state;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+/* Transfers of pageable memory in progress in the process. With more than
+ * one, the routes slow each other down (the driver's pageable path holds a
+ * lock the other threads' copies need for as long as it copies), so what
+ * one route achieved says nothing about the other: no probe, no sample,
+ * the choice held. */
+static _Atomic unsigned in_progress;
 static class_state table[2][PS_CLASSES];
 static int table_ready;
 
@@ -119,6 +125,11 @@ static unsigned fresh(const samples *s, uint64_t now) {
     return n;
 }
 
+void ps_adapt_begin(void) { atomic_fetch_add_explicit(&in_progress, 1, memory_order_relaxed); }
+void ps_adapt_end(void) { atomic_fetch_sub_explicit(&in_progress, 1, memory_order_relaxed); }
+
+static int alone(void) { return atomic_load_explicit(&in_progress, memory_order_relaxed) <= 1; }
+
 ps_adapt_pick ps_adapt_choose(ps_direction dir, size_t bytes, ps_plan profiled, ps_plan other) {
     ps_adapt_pick pick = {profiled, 0, 0};
     if (!ps_adapt_enabled() || side_of(profiled.route) == side_of(other.route)) return pick;
@@ -134,6 +145,14 @@ ps_adapt_pick ps_adapt_choose(ps_direction dir, size_t bytes, ps_plan profiled, 
         if (faster != want && e[faster] < e[want] * MARGIN) want = faster;
     } else if (want != profile_side && e[want] <= 0) {
         want = profile_side; /* the evidence is gone: back to the profile */
+    }
+    if (!alone()) {
+        /* Beside other transfers: the choice made alone holds (at first, the profile's). */
+        want = c->chosen < 0 ? profile_side : c->chosen;
+        pthread_mutex_unlock(&lock);
+        pick.plan = want == profile_side ? profiled : other;
+        pick.overridden = want != profile_side;
+        return pick;
     }
     if (c->chosen >= 0 && want != c->chosen) c->switches++;
     if (c->chosen < 0 && want != profile_side) c->switches++;
@@ -160,7 +179,7 @@ ps_adapt_pick ps_adapt_choose(ps_direction dir, size_t bytes, ps_plan profiled, 
 }
 
 void ps_adapt_record(ps_direction dir, size_t bytes, int route, uint64_t ns) {
-    if (!bytes || !ps_adapt_enabled()) return;
+    if (!bytes || !ps_adapt_enabled() || !alone()) return;
     pthread_mutex_lock(&lock);
     ready();
     class_state *c = &table[dir][ps_size_class(bytes)];

@@ -27,6 +27,10 @@ typedef struct ps_adapt_pick {
  * choice) or `other` (its counterpart across the pageable / pinned divide). */
 ps_adapt_pick ps_adapt_choose(ps_direction dir, size_t bytes, ps_plan profiled, ps_plan other);
 
+/* Around every transfer of pageable memory: how many are in progress. */
+void ps_adapt_begin(void);
+void ps_adapt_end(void);
+
 /* A transfer that took `route` finished in `ns`. */
 void ps_adapt_record(ps_direction dir, size_t bytes, int route, uint64_t ns);
 

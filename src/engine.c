@@ -252,6 +252,15 @@ static int chunk_copied(flow *f, size_t k) {
  * the counter now: the chunk before is done and the next one not open. */
 static void recount(flow *f, size_t k) { atomic_store_explicit(&f->copied[k % PS_ENGINE_SLOTS], 0, memory_order_relaxed); }
 
+/* Whether the caller's loop asks the driver about an event now. Alone it
+ * asks every time round; beside other transfers once in 16 idle rounds
+ * (about a microsecond of pauses): 8 threads polling cuEventQuery without
+ * a pause held the lock their DMAs and queries take too. */
+static int may_query(ps_pool *pool, unsigned *idle) {
+    if (ps_pool_callers(pool) <= 1) return 1;
+    return (*idle)++ % 16 == 0;
+}
+
 static unsigned plan_threads(ps_pool *pool, const ps_plan *plan) {
     unsigned all = ps_pool_workers(pool) + 1;
     return plan->threads && plan->threads < all ? plan->threads : all;
@@ -296,6 +305,7 @@ pinstage_status ps_engine_h2d(const ps_driver *d, ps_pool *pool, const ps_stage 
 
     flow_init(&f, &sch, stage->pinned, src, 1, threads);
     size_t opened = n < PS_ENGINE_SLOTS ? n : PS_ENGINE_SLOTS;
+    unsigned idle = 0;
     f.trace = ps_trace_begin(0, bytes, (unsigned)n);
     for (size_t k = 0; k < opened; k++) ps_trace_chunk(f.trace, (unsigned)k, PS_TRACE_OPENED);
     ps_job_start(pool, &job, f.total, first_block(&f, opened), threads - 1, flow_block, &f);
@@ -314,16 +324,20 @@ pinstage_status ps_engine_h2d(const ps_driver *d, ps_pool *pool, const ps_stage 
                 break;
             ps_trace_chunk(f.trace, (unsigned)k, PS_TRACE_ENQUEUED);
             k++;
+            idle = 0;
             continue;
         }
-        /* The next chunk's slot is free once the DMA that read it has landed. */
-        if (opened < n && opened < k + PS_ENGINE_SLOTS) {
+        /* The next chunk's slot is free once the DMA that read it has landed.
+         * Beside other transfers, ask now and then only: every query takes
+         * the driver's lock their DMAs need too. */
+        if (opened < n && opened < k + PS_ENGINE_SLOTS && may_query(pool, &idle)) {
             pinstage_status q = ps_query_event(d, stage->events[opened % PS_ENGINE_SLOTS], caller);
             if (q == PINSTAGE_SUCCESS) {
                 ps_trace_chunk(f.trace, (unsigned)(opened - PS_ENGINE_SLOTS), PS_TRACE_LANDED);
                 recount(&f, opened);
                 ps_trace_chunk(f.trace, (unsigned)opened, PS_TRACE_OPENED);
                 ps_job_open(&job, first_block(&f, ++opened));
+                idle = 0;
                 continue;
             }
             if (q != PINSTAGE_ERROR_NOT_READY) {
@@ -331,7 +345,10 @@ pinstage_status ps_engine_h2d(const ps_driver *d, ps_pool *pool, const ps_stage 
                 break;
             }
         }
-        if (!ps_job_help(&job)) cpu_pause();
+        if (ps_job_help(&job))
+            idle = 0;
+        else
+            cpu_pause();
     }
     if (s) ps_job_cancel(&job);
     ps_job_finish(&job);
@@ -377,13 +394,15 @@ pinstage_status ps_engine_d2h(const ps_driver *d, ps_pool *pool, const ps_stage 
     for (size_t k = 0; k < queued; k++) ps_trace_chunk(f.trace, (unsigned)k, PS_TRACE_ENQUEUED);
     ps_job_start(pool, &job, f.total, 0, threads - 1, flow_block, &f);
     ps_trace_seats(f.trace, job.seats);
+    unsigned idle = 0;
     while (opened < n || ps_job_done(&job) < f.total) {
         /* A chunk's blocks open once its DMA has landed. */
-        if (opened < queued) {
+        if (opened < queued && may_query(pool, &idle)) {
             pinstage_status q = ps_query_event(d, stage->events[opened % PS_ENGINE_SLOTS], caller);
             if (q == PINSTAGE_SUCCESS) {
                 ps_trace_chunk(f.trace, (unsigned)opened, PS_TRACE_LANDED);
                 ps_job_open(&job, first_block(&f, ++opened));
+                idle = 0;
                 continue;
             }
             if (q != PINSTAGE_ERROR_NOT_READY) {
@@ -398,9 +417,13 @@ pinstage_status ps_engine_d2h(const ps_driver *d, ps_pool *pool, const ps_stage 
             if ((s = d2h_chunk(d, stage, &sch, src, queued, stream, caller))) break;
             ps_trace_chunk(f.trace, (unsigned)queued, PS_TRACE_ENQUEUED);
             queued++;
+            idle = 0;
             continue;
         }
-        if (!ps_job_help(&job)) cpu_pause();
+        if (ps_job_help(&job))
+            idle = 0;
+        else
+            cpu_pause();
     }
     if (s) ps_job_cancel(&job);
     ps_job_finish(&job);

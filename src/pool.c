@@ -420,6 +420,8 @@ void ps_pool_run(ps_pool *p, size_t count, unsigned helpers, ps_block_fn fn, voi
     ps_job_finish(&job);
 }
 
+unsigned ps_pool_callers(ps_pool *p) { return atomic_load_explicit(&p->callers, memory_order_relaxed); }
+
 unsigned ps_pool_workers(ps_pool *p) {
     /* On every transfer's path: no lock. `planned` follows `configured`. */
     unsigned n = atomic_load_explicit(&p->planned, memory_order_relaxed);

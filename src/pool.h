@@ -79,6 +79,9 @@ void ps_job_finish(ps_job *job);
 /* start + finish with every block open. */
 void ps_pool_run(ps_pool *pool, size_t count, unsigned helpers, ps_block_fn fn, void *arg);
 
+/* Threads inside a job now (posted or not): the transfers in progress. */
+unsigned ps_pool_callers(ps_pool *pool);
+
 /* 1 + the worker's number on a worker thread, 0 on any other (traces). */
 unsigned ps_pool_thread_index(void);
 

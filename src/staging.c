@@ -426,6 +426,8 @@ static void picked(pinstage_buffer *buf, const transfer *t, const ps_adapt_pick 
  * memory is page-locked. */
 #define UNASKED_MAX ((size_t)64 << 10)
 
+static pinstage_status move_pageable(transfer *t, const pinstage_profile *profile, ps_plan plan, ps_host_kind kind);
+
 static pinstage_status move(transfer *t) {
     pinstage_buffer *buf = t->buf;
     pinstage_status s = ensure_events(buf, t->d, t->caller);
@@ -447,6 +449,17 @@ static pinstage_status move(transfer *t) {
         }
         kind = PS_HOST_PARTLY_PINNED; /* e.g. two adjacent registrations */
     }
+    ps_adapt_begin();
+    s = move_pageable(t, profile, plan, kind);
+    ps_adapt_end();
+    return s;
+}
+
+/* move() for memory that is not (wholly) page-locked: the route, then the copy. */
+static pinstage_status move_pageable(transfer *t, const pinstage_profile *profile, ps_plan plan, ps_host_kind kind) {
+    pinstage_buffer *buf = t->buf;
+    pinstage_status s;
+    int refused = 0;
     ps_adapt_pick pick = {plan, 0, 0};
     uint64_t start = 0;
     if (kind == PS_HOST_PAGEABLE && adapts(buf, profile)) {

@@ -193,7 +193,7 @@ static void route_info_checks_its_arguments(void) {
     pinstage_buffer_set_adaptive(NULL, 0); /* accepted, does nothing */
 }
 
-/* Several threads' transfers feed and read the same estimates. */
+/* Several threads' transfers at once: adaptation holds still, every byte arrives. */
 static void *adapting_thread(void *arg) {
     int *failures = arg;
     CUstream own;
@@ -226,9 +226,11 @@ static void threads_adapt_together(void) {
         pthread_join(t[i], NULL);
         CHECK_EQ(failures[i], 0);
     }
+    /* Beside each other the routes slow each other down: the choice held
+     * (the profile's), nothing was probed. */
     pinstage_route_info info;
     CHECK_OK(pinstage_route_get_info(PINSTAGE_H2D, 256 * K, &info));
-    CHECK(info.staging_samples > 0);
+    CHECK(info.chosen != PINSTAGE_ADAPT_PAGEABLE);
     if (emu) emu->set_host_rates(0, 0);
 }
 
