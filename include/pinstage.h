@@ -781,7 +781,7 @@ PINSTAGE_API pinstage_status pinstage_buffer_set_profile(pinstage_buffer *buf, c
  * the driver's pageable path the faster one. So upload / download of
  * pageable memory keep, per direction and size class, the time each side of
  * the choice took in recent transfers (the median of the last 8, per byte;
- * a time older than 1 s is forgotten, so both are measured under the same
+ * a time older than 2 s is forgotten, so both are measured under the same
  * load): the profile's route, and its
  * counterpart across the pageable / pinned-memory divide (the pageable path
  * for a staging route; the profile's staging route for the pageable one).

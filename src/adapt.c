@@ -17,7 +17,7 @@
  * other threads started transferring would make the slower side look
  * faster (the driver's pageable path serializes threads). */
 #define MIN_SAMPLES 3
-#define FRESH_NS 1000000000ull
+#define FRESH_NS 2000000000ull
 /* The other route must be this much faster to take over (hysteresis). */
 #define MARGIN 0.95f
 /* Probes of the route not taken: every PROBE_EVERY transfers of the class,
