@@ -20,6 +20,7 @@ Paths (ratio_vs_pageable is against torch-pageable in the same run):
   pinstage           pinstage.Buffer.upload(tensor, numpy) / .download(numpy, tensor)
   pinstage-devarray  the same into a pinstage.DeviceArray (no framework interface to read)
   pinstage-resident  upload_with (the fill writes nothing) / download_into
+  pinstage-resident-devarray  the same with a pinstage.DeviceArray
 and, timed from C inside the module in the same process (what a C program
 pays for the same call): pinstage-c, pinstage-resident-c.
 
@@ -185,16 +186,23 @@ def make_paths(torch, cupy, numpy, pinstage, nbytes, dev):
         def ps_res_d2h():
             buf_res.download_into(d)
 
+        def ps_res_dev_h2d():
+            buf_res.upload_with(dev_array, noop)
+
+        def ps_res_dev_d2h():
+            buf_res.download_into(dev_array)
+
         paths["pinstage"] = (ps_h2d, ps_d2h)
         paths["pinstage-devarray"] = (ps_dev_h2d, ps_dev_d2h)
         paths["pinstage-resident"] = (ps_res_h2d, ps_res_d2h)
+        paths["pinstage-resident-devarray"] = (ps_res_dev_h2d, ps_res_dev_d2h)
         state.update(buf=buf, buf_res=buf_res, dev_array=dev_array, a_np=a_np, o_np=o_np)
     return paths, state
 
 
 def moved_right(name, direction, state, torch, cupy):
     """After one call of a path: are the bytes where they belong?"""
-    if name == "pinstage-resident":
+    if name.startswith("pinstage-resident"):
         return True  # the fill writes nothing: the C suite checks these bytes
     if name == "pinstage-devarray":
         out = bytearray(state["dev_array"].nbytes)
