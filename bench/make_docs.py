@@ -148,6 +148,47 @@ def pipeline_section(pl, add):
     add("")
 
 
+def python_section(pm, add):
+    """pinstage through the Python module beside PyTorch, in one process (peers.py)."""
+    ctx = pm["context"]
+    t = index(pm)
+    add("## From Python\n")
+    add(f"Command: `{command(ctx)}` ({ctx['date']}, {ctx['device']}; {ctx['library_version']}). One process: the")
+    add("module's calls beside PyTorch's, and the same pinstage calls timed from C inside the module (`-c`),")
+    add("so the module's own cost shows as the difference. `pinstage` moves a NumPy array to / from a PyTorch")
+    add("CUDA tensor (its `__cuda_array_interface__` read on every call); `pinstage-devarray` the same with a")
+    add("`pinstage.DeviceArray`; `pinstage-resident` is upload_with (a fill that writes nothing) / download_into.\n")
+    paths = ["pinstage", "pinstage-devarray", "pinstage-c", "pinstage-resident", "pinstage-resident-devarray",
+             "pinstage-resident-c", "torch-from-numpy", "torch-copy-in", "torch-pageable", "cupy-set-get"]
+    add("| transfer | " + " | ".join(paths) + " |")
+    add("|---|" + "---:|" * len(paths))
+    for d in ("h2d", "d2h"):
+        for b in sorted({r["bytes"] for r in pm["results"]}):
+            add(f"| {d.upper()} {human(b)} | " + " | ".join(cell(t.get((d, b, k))) for k in paths) + " |")
+    add("")
+    add("| target | wanted | measured |")
+    add("|---|---|---|")
+    m = lambda d, b, k: t[(d, b, k)]["median_us"] if (d, b, k) in t else None
+    for d in ("h2d", "d2h"):
+        for k in ("pinstage-devarray", "pinstage"):
+            a, c = m(d, 4096, k), m(d, 4096, "pinstage-c")
+            if a and c:
+                add(f"| {d.upper()} 4 KiB through the module ({k}) minus the same call from C | at most 1.5 µs | "
+                    f"{a - c:+.1f} µs ({a:.1f} vs {c:.1f}) |")
+        a, fn, ci = m(d, 4915200, "pinstage"), m(d, 4915200, "torch-from-numpy"), m(d, 4915200, "torch-copy-in")
+        if a and fn and ci:
+            add(f"| {d.upper()} 4.7 MiB NumPy {'to' if d == 'h2d' else 'from'} a tensor: against "
+                f"`torch.from_numpy` + copy_ | at least 1.9x | {fn / a:.2f}x ({a:.1f} vs {fn:.1f} µs) |")
+            add(f"| {d.upper()} 4.7 MiB: against PyTorch's pinned copy-{'in' if d == 'h2d' else 'out'} | at least 1.5x | "
+                f"{ci / a:.2f}x ({ci:.1f} µs) |")
+        for k in ("pinstage-resident-devarray", "pinstage-resident"):
+            a, c = m(d, 4915200, k), m(d, 4915200, "pinstage-resident-c")
+            if a and c:
+                add(f"| {d.upper()} 4.7 MiB {'upload_with' if d == 'h2d' else 'download_into'} ({k}) against C | "
+                    f"within 3% | {100 * (a / c - 1):+.1f}% ({a:.1f} vs {c:.1f} µs) |")
+    add("")
+
+
 def soak_section(sk, add):
     ctx = sk["context"]
     add("## Soak\n")
@@ -178,8 +219,8 @@ def main():
     add = lines.append
     add("# Benchmarks\n")
     add("Every figure on this page was produced by one run of `scripts/gpu-check --full` on the lent GPU")
-    add("machine, except the frame pipeline's and the soak's sections, which name their own run; regenerate it with that")
-    add("command. The JSON behind every table is in docs/benchmarks/.")
+    add("machine, except the sections that name their own run (the frame pipeline, the soak, where programs run")
+    add("it, and from Python); regenerate it with that command. The JSON behind every table is in docs/benchmarks/.")
     add("Each cell is the median wall-clock time of one whole synchronous call. Each path runs in blocks of")
     add("consecutive calls, as a pipeline calls it, and the blocks of all paths of one size and direction")
     add("alternate in three passes, so they are compared side by side. Ratios are pageable median / path")
@@ -295,6 +336,8 @@ def main():
         peers_fresh = load(f("peers_fresh.json")) if os.path.exists(f("peers_fresh.json")) else None
         png = "benchmarks/conditions.png" if os.path.exists(f("benchmarks/conditions.png")) else None
         conditions.section(load(f("conditions.json")), peers_fresh, add, png)
+    if os.path.exists(f("peers_module.json")):
+        python_section(load(f("peers_module.json")), add)
     if os.path.exists(f("pipeline.json")):
         pipeline_section(load(f("pipeline.json")), add)
     if os.path.exists(f("soak.json")):
