@@ -4,7 +4,7 @@
 file(GLOB_RECURSE files RELATIVE ${SOURCE_DIR}
   ${SOURCE_DIR}/src/* ${SOURCE_DIR}/emu/* ${SOURCE_DIR}/include/* ${SOURCE_DIR}/tests/*
   ${SOURCE_DIR}/tools/* ${SOURCE_DIR}/examples/* ${SOURCE_DIR}/bench/* ${SOURCE_DIR}/scripts/*
-  ${SOURCE_DIR}/cmake/* ${SOURCE_DIR}/.ci/*)
+  ${SOURCE_DIR}/cmake/* ${SOURCE_DIR}/.ci/* ${SOURCE_DIR}/python/*)
 list(APPEND files CMakeLists.txt)
 set(missing "")
 set(count 0)
