@@ -226,11 +226,12 @@ static void threads_adapt_together(void) {
         pthread_join(t[i], NULL);
         CHECK_EQ(failures[i], 0);
     }
-    /* Beside each other the routes slow each other down: the choice held
-     * (the profile's), nothing was probed. */
+    /* Beside each other the routes slow each other down: the choice made
+     * alone holds. With the emulator's pageable path slow that choice is the
+     * profile's (a real GPU's first transfers, alone, may choose either). */
     pinstage_route_info info;
     CHECK_OK(pinstage_route_get_info(PINSTAGE_H2D, 256 * K, &info));
-    CHECK(info.chosen != PINSTAGE_ADAPT_PAGEABLE);
+    if (emu) CHECK(info.chosen != PINSTAGE_ADAPT_PAGEABLE);
     if (emu) emu->set_host_rates(0, 0);
 }
 
