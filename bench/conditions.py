@@ -10,6 +10,7 @@ usage: conditions.py CONDITIONS.json [PEERS_FRESH.json] [--plot OUT.png]
 make_docs.py imports section() for docs/benchmarks.md.
 """
 import json
+import re
 import statistics
 import sys
 
@@ -23,6 +24,11 @@ def human(b):
     if b >= 1024:
         return f"{b / 1024:.0f} KiB" if b % 1024 else f"{b >> 10} KiB"
     return f"{b} B"
+
+
+def shorten(command):
+    """The recorded command, with output paths shortened to their file names."""
+    return re.sub(r"(?<=\s)/\S*/([^/\s]+)", r"\1", command)
 
 
 def rows(doc, condition, direction=None, size=None, path=None, **extra):
@@ -173,7 +179,7 @@ def section(cond, peers, add, png=None):
     """The docs section, markdown lines through add()."""
     ctx = cond["context"]
     add("## Where programs run it\n")
-    add(f"Command: `{ctx['command']}`" + (f" and `{peers['context']['command']}`" if peers else "") +
+    add(f"Command: `{shorten(ctx['command'])}`" + (f" and `{shorten(peers['context']['command'])}`" if peers else "") +
         f" ({ctx['date']}, {ctx['device']}, {ctx['host_cores']} cores, engine pool {cond['engine_threads'] - 1}"
         " workers + the caller).\n")
     add("The tables above are the best case: one warm process, calls back to back. Here pageable, auto and floor")

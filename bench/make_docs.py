@@ -227,6 +227,14 @@ def main():
     add("median: above 1 is faster than the driver's pageable path. These machines are shared and noisy:")
     add("compare within a table, not across runs; at large sizes compare against `resident` (the DMA floor)")
     add("of the same run as well, since the driver's pageable path varies from run to run.\n")
+    if os.path.exists(f("conditions.json")):
+        newer = load(f("conditions.json"))["context"]
+        if newer["library_version"] != ctx["library_version"]:
+            add(f"**Two runs, two versions.** The seed's table, the targets of the copy engine, the profile, the sweep,")
+            add(f"the peers, the frame pipeline and the soak come from a run of pinstage {ctx['library_version']} "
+                f"({ctx['date']}); \"Where")
+            add(f"programs run it\" and \"From Python\" from runs of pinstage {newer['library_version']} ({newer['date']}),")
+            add("whose copy engine and built-in profile differ (CHANGELOG.md). Compare within a section.\n")
     if ctx.get("emulated"):
         add("**EMULATED DRIVER: the figures below are not GPU figures.**\n")
     add("## Machine\n")
