@@ -541,6 +541,100 @@ class InterfaceTest(unittest.TestCase):
             # bfloat16 has no host format: bytes of the right size are taken.
             buf.upload(Producer(code=4, bits=16), bytearray(128))
 
+    def test_torch_tensors_read_without_their_interface(self):
+        """A plain torch.Tensor is read through its C getters, not its __cuda_array_interface__
+        property; whatever that property treats specially takes the general path. A stand-in
+        torch module in a child process, so a real torch in this one stays as it is."""
+        script = r"""
+import array, sys, types
+import pinstage
+
+torch = types.ModuleType("torch")
+class dtype:
+    def __init__(self, name):
+        self.name = name
+for name in ("float32", "float16", "int16", "uint8", "complex64"):
+    setattr(torch, name, dtype(name))
+torch.strided, torch.sparse_coo = object(), object()
+class Size(tuple):
+    pass
+reads = []
+class Tensor:
+    # What pinstage reads of a tensor, over a DeviceArray's memory, and no interface at all:
+    # the general path would refuse it with "must be device memory".
+    def __init__(self, mem, shape, dt, **changes):
+        self.mem, self.shape, self.dtype = mem, Size(shape), dt
+        self.is_cuda, self.requires_grad, self.layout, self.contiguous = True, False, torch.strided, True
+        self.device = 0
+        self.__dict__.update(changes)
+    def is_contiguous(self):
+        return self.contiguous
+    def data_ptr(self):
+        reads.append(1)
+        return self.mem.ptr
+    def get_device(self):
+        if isinstance(self.device, Exception):
+            raise self.device
+        return self.device
+Tensor.__module__ = "torch"
+torch.Tensor, torch.Size = Tensor, Size
+sys.modules["torch"] = torch
+
+def refused(call, pattern, exc=TypeError):
+    try:
+        call()
+    except exc as e:
+        assert pattern in str(e), (pattern, str(e))
+    else:
+        raise AssertionError("no " + exc.__name__ + " for " + pattern)
+
+mem = pinstage.DeviceArray((8, 8), "float32")
+src = array.array("f", [0.5 * i for i in range(64)])
+with pinstage.Buffer() as buf:
+    t = Tensor(mem, (8, 8), torch.float32)
+    before = sys.getrefcount(t)
+    for _ in range(100):
+        buf.upload(t, src)
+    assert sys.getrefcount(t) == before, "a reference to the tensor leaked"
+    out = array.array("f", bytes(256))
+    buf.download(out, mem)
+    assert out == src, "the upload did not land where data_ptr() points"
+    out = array.array("f", bytes(256))
+    buf.download(out, t)
+    assert out == src, "the download did not come from where data_ptr() points"
+    assert len(reads) == 101, len(reads)
+    buf.upload(Tensor(mem, (128,), torch.int16), array.array("h", range(128)))
+    buf.upload(Tensor(mem, (256,), torch.uint8), bytes(range(256)))
+
+    # The general path: no interface here, so it refuses; data_ptr() not read.
+    del reads[:]
+    for changes in ({"requires_grad": True}, {"layout": torch.sparse_coo}, {"is_cuda": False},
+                    {"contiguous": False}, {"dtype": torch.complex64}):
+        refused(lambda: buf.upload(Tensor(mem, (8, 8), torch.float32, **changes), src), "must be device memory")
+    class Derived(Tensor):
+        pass
+    refused(lambda: buf.upload(Derived(mem, (8, 8), torch.float32), src), "must be device memory")
+    assert reads == [], "a tensor the general path decides on was read"
+
+    # Errors of the fast path itself, each naming the mistake.
+    refused(lambda: buf.upload(Tensor(mem, (8, 8), torch.float16), src), "float16")
+    refused(lambda: buf.upload(Tensor(mem, (4, 8), torch.float32), src), "bytes", ValueError)
+    refused(lambda: buf.upload(Tensor(mem, (0, 8), torch.float32), src), "is empty", ValueError)
+    refused(lambda: buf.upload(Tensor(mem, (8, 8), torch.float32, device=RuntimeError("gone")), src), "gone",
+            RuntimeError)
+    refused(lambda: buf.upload(Tensor(mem, (8, 8), torch.float32, device=5), src), "device 5", ValueError)
+    assert sys.getrefcount(t) == before
+print("ok")
+"""
+        import subprocess
+        import sys
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.abspath(pinstage.__file__))] +
+                                            [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertEqual(run.stdout.strip(), "ok")
+
 
 class ThreadTest(unittest.TestCase):
     def test_own_buffers_on_threads(self):
