@@ -156,7 +156,7 @@ def python_section(pm, add):
     add(f"Command: `{command(ctx)}` ({ctx['date']}, {ctx['device']}; {ctx['library_version']}). One process: the")
     add("module's calls beside PyTorch's, and the same pinstage calls timed from C inside the module (`-c`),")
     add("so the module's own cost shows as the difference. `pinstage` moves a NumPy array to / from a PyTorch")
-    add("CUDA tensor (its `__cuda_array_interface__` read on every call); `pinstage-devarray` the same with a")
+    add("CUDA tensor (read through its own getters on every call); `pinstage-devarray` the same with a")
     add("`pinstage.DeviceArray`; `pinstage-resident` is upload_with (a fill that writes nothing) / download_into.\n")
     paths = ["pinstage", "pinstage-devarray", "pinstage-c", "pinstage-resident", "pinstage-resident-devarray",
              "pinstage-resident-c", "torch-from-numpy", "torch-copy-in", "torch-pageable", "cupy-set-get"]
