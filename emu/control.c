@@ -40,6 +40,21 @@ static double env_double(const char *name, double fallback) {
     return *end ? fallback : d;
 }
 
+/* A comma-separated list of numbers into out[max]: how many were read
+ * (0 for an unset or malformed variable). */
+static int env_list(const char *name, double *out, int max) {
+    const char *v = getenv(name);
+    int n = 0;
+    while (v && *v && n < max) {
+        char *end;
+        out[n] = strtod(v, &end);
+        if (end == v || (*end && *end != ',')) return 0;
+        n++;
+        v = *end ? end + 1 : end;
+    }
+    return n;
+}
+
 static void set_fault_locked(int id, unsigned long nth, int result, int every_after) {
     emu.fail_at[id] = nth ? emu.calls[id] + nth : 0;
     emu.fail_result[id] = result;
@@ -82,8 +97,14 @@ static pthread_once_t configured = PTHREAD_ONCE_INIT;
 
 static void configure_once(void) {
     pthread_mutex_lock(&emu.lock);
-    set_timing_locked(env_double("PINSTAGE_EMU_LATENCY_US", 20),
-                      env_double("PINSTAGE_EMU_BANDWIDTH_GBPS", 4));
+    double rates[EMU_MAX_DEVICES], nodes[EMU_MAX_DEVICES];
+    int nrates = env_list("PINSTAGE_EMU_BANDWIDTH_GBPS", rates, EMU_MAX_DEVICES);
+    /* One rate: every device's. Several: one per device, the first also the default. */
+    set_timing_locked(env_double("PINSTAGE_EMU_LATENCY_US", 20), nrates ? rates[0] : 4);
+    for (int i = 0; nrates > 1 && i < nrates; i++) emu.device_bytes_per_ns[i] = rates[i] > 0 ? rates[i] : 0;
+    int nnodes = env_list("PINSTAGE_EMU_NUMA", nodes, EMU_MAX_DEVICES);
+    emu.have_numa = nnodes > 0;
+    for (int i = 0; i < EMU_MAX_DEVICES; i++) emu.numa[i] = i < nnodes ? (int)nodes[i] : -1;
     set_host_rates_locked(env_double("PINSTAGE_EMU_PAGEABLE_GBPS", 0), env_double("PINSTAGE_EMU_PINNED_GBPS", 0));
     emu.devices = (int)env_double("PINSTAGE_EMU_DEVICES", 1);
     if (emu.devices < 0) emu.devices = 0;
@@ -238,4 +259,32 @@ EMU_EXPORT void pinstage_emu_set_pinned_alignment(size_t alignment) {
     pthread_mutex_lock(&emu.lock);
     emu.pinned_align = alignment;
     pthread_mutex_unlock(&emu.lock);
+}
+
+EMU_EXPORT int pinstage_emu_set_numa(const int *nodes, int count) {
+    if (count < 0 || count > EMU_MAX_DEVICES || (count && !nodes)) return -1;
+    emu_configure();
+    pthread_mutex_lock(&emu.lock);
+    emu.have_numa = count > 0;
+    for (int i = 0; i < EMU_MAX_DEVICES; i++) emu.numa[i] = i < count ? nodes[i] : -1;
+    pthread_mutex_unlock(&emu.lock);
+    return 0;
+}
+
+EMU_EXPORT int pinstage_emu_set_device_bandwidth(int device, double gbps) {
+    if (device < 0 || device >= EMU_MAX_DEVICES) return -1;
+    emu_configure();
+    pthread_mutex_lock(&emu.lock);
+    emu.device_bytes_per_ns[device] = gbps > 0 ? gbps : 0;
+    pthread_mutex_unlock(&emu.lock);
+    return 0;
+}
+
+EMU_EXPORT int pinstage_emu_fail_device(int device, int result) {
+    if (device < 0 || device >= EMU_MAX_DEVICES) return -1;
+    emu_configure();
+    pthread_mutex_lock(&emu.lock);
+    emu.device_failure[device] = result;
+    pthread_mutex_unlock(&emu.lock);
+    return 0;
 }

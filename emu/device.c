@@ -16,10 +16,20 @@ static _Thread_local CUcontext current;
 CUresult emu_need_context(void) {
     if (!emu.initialized) return CUDA_ERROR_NOT_INITIALIZED;
     if (!current || emu.primary_refs[current->device] <= 0) return CUDA_ERROR_INVALID_CONTEXT;
+    /* A device that failed (pinstage_emu_fail_device) fails every call made
+     * in its context, as a sticky error does; other devices carry on. */
+    if (current->device < EMU_MAX_DEVICES && emu.device_failure[current->device])
+        return (CUresult)emu.device_failure[current->device];
     return CUDA_SUCCESS;
 }
 
 int emu_current_device(void) { return current ? current->device : 0; }
+
+CUresult emu_check_stream_context(const emu_stream *s) {
+    /* The driver refuses a stream of another context than the current one;
+     * this is what makes a missing context switch fail in tests. */
+    return s->device >= 0 && current && s->device != current->device ? CUDA_ERROR_INVALID_CONTEXT : CUDA_SUCCESS;
+}
 
 static CUresult need_init(void) { return emu.initialized ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED; }
 
@@ -90,6 +100,11 @@ CUresult emu_cuDeviceGetAttribute(int *value, CUdevice_attribute attrib, CUdevic
     case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: *value = 0; break;
     case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *value = 0xe0 + dev; break;
     case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: *value = 0; break;
+    case CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID:
+        /* Unset, the attribute is unknown, as it is to drivers before 12.2. */
+        if (!emu.have_numa) return CUDA_ERROR_INVALID_VALUE;
+        *value = dev < EMU_MAX_DEVICES ? emu.numa[dev] : -1;
+        break;
     default: return CUDA_ERROR_INVALID_VALUE;
     }
     return CUDA_SUCCESS;

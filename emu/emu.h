@@ -40,6 +40,7 @@ typedef struct emu_op {
     unsigned char value;
     void *staging; /* a pageable source copied at call time; freed after the op */
     int pinned_host; /* a copy to or from page-locked host memory (its own DMA rate) */
+    int device;      /* the context it was queued in: whose copy rate applies */
     CUhostFn fn;
     void *user_data;
     emu_dep deps[8];
@@ -52,6 +53,7 @@ typedef struct emu_op {
 struct emu_stream {
     unsigned flags;
     int legacy;
+    int device; /* the context it was created in; the legacy stream serves every context: -1 */
     int destroyed;
     uint64_t enqueued, completed;
     emu_op *head, *tail;
@@ -62,6 +64,7 @@ struct emu_stream {
 
 typedef struct emu_event {
     unsigned flags;
+    int device; /* the context it was created in */
     emu_stream *stream; /* NULL until recorded */
     uint64_t seq;
     struct emu_event *next_all;
@@ -92,6 +95,11 @@ typedef struct emu_state {
     double pinned_bytes_per_ns;   /* DMA to or from page-locked host memory; 0: bytes_per_ns */
     double pageable_ns_per_byte;  /* the driver staging pageable memory, on the calling thread */
     int devices;
+#define EMU_MAX_DEVICES 64
+    double device_bytes_per_ns[EMU_MAX_DEVICES]; /* per device; 0: bytes_per_ns */
+    int numa[EMU_MAX_DEVICES];                   /* host node per device (PINSTAGE_EMU_NUMA) */
+    int have_numa;                               /* else the attribute is unknown, as before CUDA 12.2 */
+    int device_failure[EMU_MAX_DEVICES];         /* non-zero: every call in that context fails so */
     size_t device_limit, pinned_limit, pinned_align;
     /* counting and faults */
     unsigned long calls[EMU_ENTRY_COUNT];
@@ -131,6 +139,9 @@ int emu_is_partly_pinned(const void *p, size_t bytes);
 void emu_regions_free(emu_regions *r);
 /* The current context's device (lock held; the context was checked). */
 int emu_current_device(void);
+/* A stream or event used in a context that is not the one it was made in
+ * (lock held): the error a real driver gives, else 0. */
+CUresult emu_check_stream_context(const emu_stream *s);
 /* A primary context was destroyed: its allocations and registrations go. */
 void emu_free_context_memory(int device);
 

@@ -7,7 +7,12 @@
  * environment variable, read at cuInit:
  *
  *   PINSTAGE_EMU_LATENCY_US     fixed cost of every queued operation (default 20)
- *   PINSTAGE_EMU_BANDWIDTH_GBPS copy and memset rate, 1e9 bytes/s (default 4)
+ *   PINSTAGE_EMU_BANDWIDTH_GBPS copy and memset rate, 1e9 bytes/s (default 4); a
+ *                               list ("4,8") gives each device its own
+ *   PINSTAGE_EMU_NUMA           the host NUMA node of each device ("0,0,1,1"),
+ *                               answered as CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID
+ *                               (unset: the attribute is unknown, as to
+ *                               drivers before CUDA 12.2)
  *   PINSTAGE_EMU_PINNED_GBPS    the rate of copies to or from page-locked host
  *                               memory (default: the rate above)
  *   PINSTAGE_EMU_PAGEABLE_GBPS  the rate at which the driver stages pageable host
@@ -25,6 +30,13 @@
  *                               (deterministic and fast, for fuzzing and fault
  *                               sweeps; ordering bugs then pass, so the suite
  *                               runs without it)
+ *
+ * Streams and events belong to the context they were made in: a copy, a
+ * memset or cuStreamWaitEvent on a stream of another context than the
+ * current one fails with CUDA_ERROR_INVALID_CONTEXT, and recording an event
+ * on a stream of another context with CUDA_ERROR_INVALID_HANDLE, so a
+ * missing context switch fails in tests. The legacy default stream serves
+ * every context.
  *
  * The last release of a device's primary context destroys it with everything
  * allocated or registered in it: later uses of that memory fail, as on a real
@@ -76,6 +88,15 @@ void pinstage_emu_set_host_rates(double pageable_gbps, double pinned_gbps);
 void pinstage_emu_set_inline(int on);
 /* Alignment of later pinned allocations; 0 restores page alignment. */
 void pinstage_emu_set_pinned_alignment(size_t alignment);
+
+/* PINSTAGE_EMU_NUMA at run time: nodes[i] for device i (count 0: unknown).
+ * Returns 0, or -1 for a count above 64. */
+int pinstage_emu_set_numa(const int *nodes, int count);
+/* One device's copy rate (0: the common one). Returns 0, or -1 for a bad device. */
+int pinstage_emu_set_device_bandwidth(int device, double gbps);
+/* Every later call made in `device`'s context fails with `result`, as after
+ * a sticky error (0 heals it); other devices carry on. Returns 0 or -1. */
+int pinstage_emu_fail_device(int device, int result);
 
 #ifdef __cplusplus
 }

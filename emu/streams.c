@@ -35,6 +35,7 @@ static emu_stream *new_stream(unsigned flags, int legacy) {
     if (!s) return NULL;
     s->flags = flags;
     s->legacy = legacy;
+    s->device = legacy ? -1 : emu_current_device();
     if (pthread_create(&s->worker, NULL, worker_main, s) != 0) {
         free(s);
         return NULL;
@@ -74,7 +75,10 @@ __attribute__((destructor)) static void shutdown_workers(void) {
 
 emu_op *emu_new_op(emu_op_kind kind) {
     emu_op *op = calloc(1, sizeof *op);
-    if (op) op->kind = kind;
+    if (op) {
+        op->kind = kind;
+        op->device = emu_current_device();
+    }
     return op;
 }
 
@@ -156,6 +160,8 @@ static void *worker_main(void *arg) {
         emu_op *op = s->head;
         while (!deps_done(op)) pthread_cond_wait(&emu.changed, &emu.lock);
         double latency = emu.latency_ns, rate = emu.bytes_per_ns;
+        if (op->device >= 0 && op->device < EMU_MAX_DEVICES && emu.device_bytes_per_ns[op->device] > 0)
+            rate = emu.device_bytes_per_ns[op->device];
         if (op->pinned_host && emu.pinned_bytes_per_ns > 0) rate = emu.pinned_bytes_per_ns;
         pthread_mutex_unlock(&emu.lock);
         take_time(op, latency, rate);
@@ -203,6 +209,7 @@ static CUresult copy(direction dir, void *host_dst, const void *host_src, CUdevi
     pthread_mutex_lock(&emu.lock);
     CUresult r = emu_need_context();
     if (!r) r = emu_resolve_stream(handle, &s);
+    if (!r) r = emu_check_stream_context(s);
     if (!r && dir == TO_DEVICE) {
         if (!host_src) r = CUDA_ERROR_INVALID_VALUE;
         if (!r) r = emu_device_range(dev_dst, bytes, &dst);
@@ -298,6 +305,7 @@ static CUresult memset_d8(CUdeviceptr dst, unsigned char value, size_t count, CU
     pthread_mutex_lock(&emu.lock);
     CUresult r = emu_need_context();
     if (!r) r = emu_resolve_stream(handle, &s);
+    if (!r) r = emu_check_stream_context(s);
     if (!r) r = emu_device_range(dst, count, &target);
     emu_op *op = NULL;
     if (!r && count > 0 && !(op = emu_new_op(EMU_OP_MEMSET))) r = CUDA_ERROR_OUT_OF_MEMORY;
@@ -434,6 +442,7 @@ CUresult emu_cuEventCreate(CUevent *event, unsigned int flags) {
     if (!r && !(e = calloc(1, sizeof *e))) r = CUDA_ERROR_OUT_OF_MEMORY;
     if (!r) {
         e->flags = flags;
+        e->device = emu_current_device();
         e->next_all = emu.events;
         emu.events = e;
         *event = (CUevent)e;
@@ -451,6 +460,9 @@ CUresult emu_cuEventRecord(CUevent event, CUstream stream) {
     CUresult r = emu_need_context();
     if (!r) r = resolve_event(event, &e);
     if (!r) r = emu_resolve_stream(stream, &s);
+    if (!r) r = emu_check_stream_context(s);
+    /* An event is recorded on streams of its own context only. */
+    if (!r && e->device != emu_current_device()) r = CUDA_ERROR_INVALID_HANDLE;
     if (!r) r = marker(s, &seq);
     if (!r) {
         e->stream = s;
@@ -511,6 +523,7 @@ CUresult emu_cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flag
     if (!r && flags != 0) r = CUDA_ERROR_INVALID_VALUE;
     if (!r) r = resolve_event(event, &e);
     if (!r) r = emu_resolve_stream(stream, &s);
+    if (!r) r = emu_check_stream_context(s);
     if (!r && e->stream) {
         emu_op *op = emu_new_op(EMU_OP_MARKER);
         if (!op) {

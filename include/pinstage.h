@@ -82,6 +82,9 @@
  * -------
  * Calls that touch the driver use the calling thread's current CUDA context,
  * as driver calls do. Programs without one can call pinstage_context_init().
+ * A buffer or ring bound to a device (pinstage_buffer_bind) uses its own
+ * context instead, whatever is current, so one thread can drive several
+ * GPUs; see "Devices and NUMA placement".
  *
  * Thread safety
  * -------------
@@ -188,6 +191,7 @@ PINSTAGE_API const char *pinstage_version_string(void);
  * TensorRT, ONNX Runtime, PyTorch or your own driver code passes straight in;
  * including cuda.h before or after this header is fine. */
 typedef struct CUstream_st *CUstream;
+typedef struct CUctx_st *CUcontext;
 typedef unsigned long long CUdeviceptr;
 
 /* ---- Status ------------------------------------------------------------- */
@@ -283,6 +287,8 @@ typedef struct pinstage_device_info {
     int compute_major, compute_minor;
     int multiprocessors;
     int copy_engines;      /* CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT */
+    int numa_node;         /* the host NUMA node the GPU is attached to; -1: not known, or
+                              a host of one node (see pinstage_device_numa_node) */
 } pinstage_device_info;
 
 PINSTAGE_API pinstage_status pinstage_device_get_info(int device, pinstage_device_info *info);
@@ -683,6 +689,90 @@ PINSTAGE_API pinstage_status pinstage_ring_synchronize(pinstage_ring *ring);
 /* Copies the counters into *stats (zeroes for a NULL ring). */
 PINSTAGE_API void pinstage_ring_get_stats(const pinstage_ring *ring, pinstage_ring_stats *stats);
 
+/* ---- Devices and NUMA placement ------------------------------------------ */
+
+/* A buffer or ring starts unbound: every call uses the calling thread's
+ * current context, and its pinned memory lands wherever the kernel puts it.
+ * Bound to a device, it makes that device's context current around each of
+ * its own calls (restoring the caller's afterwards), so one thread can drive
+ * buffers of several GPUs, and it places its pinned memory and its copy
+ * threads on the NUMA node the GPU is attached to:
+ *
+ *  - the node is the driver's CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID (CUDA 12.2+),
+ *    else the numa_node of the GPU's PCI function in sysfs;
+ *  - the pinned memory is mapped, given a preferred-node memory policy
+ *    (mbind; where a container forbids it, its pages are first touched by a
+ *    thread on the node's CPUs instead) and registered with the driver
+ *    (cuMemHostRegister) rather than allocated with cuMemAllocHost;
+ *  - the engine's host copies run on the node's pool: workers on the node's
+ *    CPUs (see "The worker pool");
+ *  - where the host has one node, or the GPU's node is not known, nothing
+ *    is placed: the memory comes from cuMemAllocHost and the copies run on
+ *    the process-wide pool, as for an unbound buffer. An explicit node is
+ *    honoured on any host.
+ *
+ * Streams given to a bound buffer's calls must belong to its context (or be
+ * NULL, the legacy default stream: then its context's). Its profile is the
+ * buffer's own (pinstage_buffer_set_profile), else the default profile when
+ * that was measured on the same GPU model (or is built-in or fixed), else
+ * the built-in one. Transfers to different devices run at the same time
+ * from different threads; each buffer is still used by one thread at a
+ * time. */
+
+/* pinstage_binding.numa_node: the node the device is attached to. */
+#define PINSTAGE_NUMA_DEVICE (-2)
+/* pinstage_binding.numa_node: no placement (cuMemAllocHost's memory, the
+ * process-wide pool). */
+#define PINSTAGE_NUMA_NONE (-1)
+
+typedef struct pinstage_binding {
+    int device;        /* the device's ordinal */
+    CUcontext context; /* NULL: the device's primary context, retained while bound (released
+                          by free or a later bind); else a context of `device` the program
+                          keeps alive while bound */
+    int numa_node;     /* PINSTAGE_NUMA_DEVICE (as pinstage_binding_for_device sets it),
+                          PINSTAGE_NUMA_NONE, or a node of this host */
+} pinstage_binding;
+
+/* The binding to `device`'s primary context, placed on its node. */
+static inline pinstage_binding pinstage_binding_for_device(int device) {
+    pinstage_binding b = {device, 0, PINSTAGE_NUMA_DEVICE};
+    return b;
+}
+
+/* Binds the buffer (NULL `binding`: unbinds it). Only while it holds no
+ * pinned memory and has made no transfer: bind right after create.
+ * INVALID_VALUE for a negative device, a context not of that device, a
+ * node below PINSTAGE_NUMA_DEVICE, at or above 64 or not online, and for a
+ * buffer already in use (NOT_PERMITTED from its fill callback); the
+ * driver's CUDA_ERROR_INVALID_DEVICE (101) for a device that does not
+ * exist. A failed bind leaves the buffer as it was. */
+PINSTAGE_API pinstage_status pinstage_buffer_bind(pinstage_buffer *buf, const pinstage_binding *binding);
+/* The same for a ring, before its first reserve or enqueue. */
+PINSTAGE_API pinstage_status pinstage_ring_bind(pinstage_ring *ring, const pinstage_binding *binding);
+
+/* Where a buffer's or ring's memory and threads are. */
+typedef struct pinstage_placement {
+    int device;       /* the bound device; -1: unbound (the calling thread's context) */
+    int device_node;  /* the node the bound device is attached to; -1: not known, one node, or unbound */
+    int memory_node;  /* the node its pinned memory is placed on; -1: not placed */
+    int memory_found; /* where the pages of its pinned memory are now, asked of the kernel
+                         (move_pages, else get_mempolicy) from a sample of up to 64 pages per
+                         block: the node; -1 nothing pinned, or the kernel would not say;
+                         -2 several nodes */
+    int worker_node;  /* the node whose CPUs run its copy threads; -1: any CPU the process may use */
+    size_t pinned_bytes; /* pinned bytes it holds (a ring: all slots) */
+} pinstage_placement;
+
+/* Fills *out; makes no driver call. INVALID_VALUE for NULL arguments. */
+PINSTAGE_API pinstage_status pinstage_buffer_get_placement(const pinstage_buffer *buf, pinstage_placement *out);
+PINSTAGE_API pinstage_status pinstage_ring_get_placement(const pinstage_ring *ring, pinstage_placement *out);
+
+/* The host NUMA node `device` is attached to (as above), -1 when not known
+ * or the host has one node. INVALID_VALUE for a negative device or a NULL
+ * node; CUDA_ERROR_INVALID_DEVICE for one that does not exist. */
+PINSTAGE_API pinstage_status pinstage_device_numa_node(int device, int *node);
+
 /* ---- Routes, the copy engine and machine profiles ------------------------ */
 
 /* How upload / download move pageable memory:
@@ -832,8 +922,10 @@ PINSTAGE_API pinstage_status pinstage_route_get_info(pinstage_direction dir, siz
 
 /* ---- The worker pool ----------------------------------------------------- */
 
-/* The engine's host copies run on one process-wide pool of worker threads
- * plus the calling thread. A transfer's host copy is cut into blocks (a few
+/* The engine's host copies run on a pool of worker threads plus the
+ * calling thread: one process-wide pool, and for buffers and rings placed
+ * on a NUMA node of a host with several (see "Devices and NUMA
+ * placement") one pool per node, whose workers run on that node's CPUs. A transfer's host copy is cut into blocks (a few
  * to a few hundred KiB) that whichever thread is running claims, the caller
  * included: a thread that loses its CPU holds one block, not a share of
  * the transfer, and the other threads copy on into the next chunks.
@@ -850,13 +942,15 @@ PINSTAGE_API pinstage_status pinstage_route_get_info(pinstage_direction dir, siz
  * (PINSTAGE_POOL_AUTO). A worker spins while a transfer it helps may still
  * open blocks, then for a short while (200 us by default: the next chunk is
  * usually microseconds away), then parks on a condition variable: an idle
- * process uses no CPU. The workers are joined at exit. */
+ * process uses no CPU. The workers are joined at exit. A node's pool is
+ * sized the same way to the node's CPUs. The functions below act on every
+ * pool. */
 #define PINSTAGE_POOL_AUTO ((unsigned)-1)
 
-/* Sets the number of worker threads (0: the calling thread only;
- * PINSTAGE_POOL_AUTO: sized to the machine). Running workers are stopped
- * (after the transfer using them) and the new number starts on next use.
- * INVALID_VALUE above 255. */
+/* Sets the number of worker threads of each pool (0: the calling thread
+ * only; PINSTAGE_POOL_AUTO: sized to the CPUs it may use). Running workers
+ * are stopped (after the transfer using them) and the new number starts on
+ * next use. INVALID_VALUE above 255. */
 PINSTAGE_API pinstage_status pinstage_pool_set_threads(unsigned workers);
 /* How long an idle worker spins before it parks, in microseconds (at most
  * one second). */
@@ -865,11 +959,13 @@ PINSTAGE_API void pinstage_pool_set_spin_us(unsigned spin_us);
  * engine transfer starts them again. */
 PINSTAGE_API void pinstage_pool_shutdown(void);
 
+/* Summed over the pools. */
 typedef struct pinstage_pool_info {
     unsigned workers; /* configured */
     unsigned running; /* started threads (0 before first use and after shutdown) */
     unsigned parked;  /* of those, parked now */
     unsigned spin_us;
+    unsigned pools;   /* NUMA nodes' pools made so far, besides the process-wide one */
 } pinstage_pool_info;
 PINSTAGE_API void pinstage_pool_get_info(pinstage_pool_info *info);
 

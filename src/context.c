@@ -4,34 +4,17 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "device.h"
 #include "driver.h"
+#include "numa.h"
 #include "status.h"
-
-static pinstage_status get_device(const char *caller, int ordinal, const ps_driver **d,
-                                  CUdevice *dev) {
-    if (ordinal < 0)
-        return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: device=%d is negative", caller, ordinal);
-    pinstage_status s = ps_driver_get(d);
-    if (s) return s;
-    CUresult r = (*d)->cuDeviceGet(dev, ordinal);
-    if (r) {
-        int count = 0;
-        /* Only a device the driver does not see "does not exist"; any other
-         * failure is the driver's, named as such. */
-        if ((*d)->cuDeviceGetCount(&count) == CUDA_SUCCESS && ordinal >= count)
-            return ps_fail((pinstage_status)r, "%s: device %d does not exist (the driver sees %d): %s",
-                           caller, ordinal, count, pinstage_status_name((pinstage_status)r));
-        return ps_fail_driver((pinstage_status)r, caller, "cuDeviceGet");
-    }
-    return PINSTAGE_SUCCESS;
-}
 
 pinstage_status pinstage_context_init(int device) {
     static const char caller[] = "pinstage_context_init";
     const ps_driver *d;
     CUdevice dev;
     CUcontext ctx;
-    pinstage_status s = get_device(caller, device, &d, &dev);
+    pinstage_status s = ps_device_get(caller, device, &d, &dev);
     if (s) return s;
     CUresult r = d->cuDevicePrimaryCtxRetain(&ctx, dev);
     if (r) return ps_fail_driver((pinstage_status)r, caller, "cuDevicePrimaryCtxRetain");
@@ -50,7 +33,7 @@ pinstage_status pinstage_context_release(int device) {
     CUcontext primary, current = NULL;
     unsigned flags;
     int active = 1;
-    pinstage_status s = get_device(caller, device, &d, &dev);
+    pinstage_status s = ps_device_get(caller, device, &d, &dev);
     if (s) return s;
     /* Retaining is the only way to learn the primary context's handle. */
     CUresult r = d->cuDevicePrimaryCtxRetain(&primary, dev);
@@ -87,7 +70,7 @@ pinstage_status pinstage_device_get_info(int device, pinstage_device_info *info)
     const ps_driver *d;
     CUdevice dev;
     if (!info) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: info is NULL", caller);
-    pinstage_status s = get_device(caller, device, &d, &dev);
+    pinstage_status s = ps_device_get(caller, device, &d, &dev);
     if (s) return s;
     memset(info, 0, sizeof *info);
     CUresult r = d->cuDeviceGetName(info->name, (int)sizeof info->name, dev);
@@ -107,6 +90,7 @@ pinstage_status pinstage_device_get_info(int device, pinstage_device_info *info)
         r = d->cuDeviceGetAttribute(attrs[i].value, attrs[i].attribute, dev);
         if (r) return ps_fail_driver((pinstage_status)r, caller, "cuDeviceGetAttribute");
     }
+    info->numa_node = ps_numa_device_node(d, dev);
     return PINSTAGE_SUCCESS;
 }
 

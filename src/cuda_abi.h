@@ -68,7 +68,8 @@
     X(CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT, 40)                            \
     X(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, 50)                                 \
     X(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 75)                      \
-    X(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 76)
+    X(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 76)                      \
+    X(CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, 134)
 
 /* The entry points the library itself calls: base name (as cuGetProcAddress
  * takes it), the driver version that introduced the ABI declared, and the
@@ -105,15 +106,15 @@
     X(cuCtxGetDevice, 2000, (CUdevice * device))                                          \
     X(cuStreamWaitEvent, 3020, (CUstream stream, CUevent event, unsigned int flags))      \
     X(cuPointerGetAttributes, 7000,                                                       \
-      (unsigned int count, CUpointer_attribute *attributes, void **data, CUdeviceptr ptr))
+      (unsigned int count, CUpointer_attribute *attributes, void **data, CUdeviceptr ptr)) \
+    X(cuMemHostRegister, 6050, (void *p, size_t bytes, unsigned int flags))               \
+    X(cuMemHostUnregister, 4000, (void *p))
 
 /* Entry points the emulated driver provides beyond the library's own, for
  * tests, the benchmark and examples (reached through pinstage_driver_get_proc). */
 #define PS_EXTRA_ENTRY_POINTS(X)                                                          \
     X(cuCtxSynchronize, 2000, (void))                                                     \
     X(cuMemHostAlloc, 2020, (void **pp, size_t bytes, unsigned int flags))                \
-    X(cuMemHostRegister, 6050, (void *p, size_t bytes, unsigned int flags))               \
-    X(cuMemHostUnregister, 4000, (void *p))                                               \
     X(cuMemcpyDtoD, 3020, (CUdeviceptr dst, CUdeviceptr src, size_t bytes))               \
     X(cuMemcpyDtoDAsync, 3020, (CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream)) \
     X(cuMemsetD8, 3020, (CUdeviceptr dst, unsigned char value, size_t count))             \

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "numa.h"
 #include "pinned.h"
 #include "status.h"
 
@@ -32,6 +33,7 @@ static pthread_mutex_t orphan_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct orphan {
     void *ptr;
     size_t capacity;
+    int placed;
 } *orphans;
 static size_t orphan_len, orphan_cap;
 static _Atomic size_t orphan_count;
@@ -43,26 +45,28 @@ void pinstage_get_pinned_usage(size_t *held_bytes, size_t *limit_bytes) {
     if (limit_bytes) *limit_bytes = atomic_load_explicit(&limit, memory_order_relaxed);
 }
 
-static pinstage_status refused(CUresult r, const char *caller, void *p) {
+static pinstage_status refused(CUresult r, const char *caller, void *p, int placed) {
     return ps_fail((pinstage_status)r,
-                   "%s: cuMemFreeHost failed: %s (%s); the pinned block at %p is kept and released again by the "
+                   "%s: %s failed: %s (%s); the pinned block at %p is kept and released again by the "
                    "next pinned allocation or pinstage_pinned_retry_releases (e.g. from a thread where its "
                    "context is current)",
-                   caller, pinstage_status_name((pinstage_status)r), pinstage_status_string((pinstage_status)r), p);
+                   caller, placed ? "cuMemHostUnregister" : "cuMemFreeHost", pinstage_status_name((pinstage_status)r),
+                   pinstage_status_string((pinstage_status)r), p);
 }
 
-static CUresult free_block(const ps_driver *driver, void *p, size_t capacity, uint64_t *elapsed_ns) {
+static CUresult free_block(const ps_driver *driver, void *p, size_t capacity, int placed, uint64_t *elapsed_ns) {
     uint64_t start = now_ns();
-    CUresult r = driver->cuMemFreeHost(p);
+    CUresult r = placed ? driver->cuMemHostUnregister(p) : driver->cuMemFreeHost(p);
+    if (r == CUDA_SUCCESS && placed) ps_numa_unmap(p, capacity);
     *elapsed_ns += now_ns() - start;
     if (r == CUDA_SUCCESS) atomic_fetch_sub_explicit(&held, capacity, memory_order_relaxed);
     return r;
 }
 
 /* Frees a block, orphaning it when the driver refuses. */
-static pinstage_status release_block(const ps_driver *driver, void *p, size_t capacity, uint64_t *elapsed_ns,
-                                     const char *caller) {
-    CUresult r = free_block(driver, p, capacity, elapsed_ns);
+static pinstage_status release_block(const ps_driver *driver, void *p, size_t capacity, int placed,
+                                     uint64_t *elapsed_ns, const char *caller) {
+    CUresult r = free_block(driver, p, capacity, placed, elapsed_ns);
     if (r == CUDA_SUCCESS) return PINSTAGE_SUCCESS;
     pthread_mutex_lock(&orphan_lock);
     if (orphan_len == orphan_cap) {
@@ -72,11 +76,11 @@ static pinstage_status release_block(const ps_driver *driver, void *p, size_t ca
     }
     /* Out of host memory even for the list: the block is lost, and said so. */
     if (orphan_len < orphan_cap) {
-        orphans[orphan_len++] = (struct orphan){p, capacity};
+        orphans[orphan_len++] = (struct orphan){p, capacity, placed};
         atomic_store_explicit(&orphan_count, orphan_len, memory_order_relaxed);
     }
     pthread_mutex_unlock(&orphan_lock);
-    return refused(r, caller, p);
+    return refused(r, caller, p, placed);
 }
 
 /* Tries the orphans again; returns the first refusal. */
@@ -86,9 +90,9 @@ static pinstage_status retry_orphans(const ps_driver *driver, uint64_t *elapsed_
     pthread_mutex_lock(&orphan_lock);
     size_t kept = 0;
     for (size_t i = 0; i < orphan_len; i++) {
-        CUresult r = free_block(driver, orphans[i].ptr, orphans[i].capacity, elapsed_ns);
+        CUresult r = free_block(driver, orphans[i].ptr, orphans[i].capacity, orphans[i].placed, elapsed_ns);
         if (r == CUDA_SUCCESS) continue;
-        if (!first) first = refused(r, caller, orphans[i].ptr);
+        if (!first) first = refused(r, caller, orphans[i].ptr, orphans[i].placed);
         orphans[kept++] = orphans[i];
     }
     orphan_len = kept;
@@ -107,8 +111,24 @@ pinstage_status pinstage_pinned_retry_releases(void) {
 
 /* ---- One allocation ------------------------------------------------------------------ */
 
-pinstage_status ps_pinned_alloc(ps_pinned *fresh, const ps_driver *driver, size_t capacity, uint64_t *elapsed_ns,
-                                const char *caller) {
+/* Mapped, placed on `node`, then registered: the driver pins what is there. */
+static CUresult alloc_placed(const ps_driver *driver, size_t capacity, int node, void **p, int *placed) {
+    ps_placed_by how;
+    *p = ps_numa_map(capacity, node, &how);
+    if (!*p) return CUDA_ERROR_OUT_OF_MEMORY;
+    /* Portable: pinned for every context, as cuMemAllocHost's memory is
+     * under unified addressing. */
+    CUresult r = driver->cuMemHostRegister(*p, capacity, CU_MEMHOSTREGISTER_PORTABLE);
+    if (r != CUDA_SUCCESS) {
+        ps_numa_unmap(*p, capacity);
+        *p = NULL;
+    }
+    *placed = (int)how;
+    return r;
+}
+
+pinstage_status ps_pinned_alloc(ps_pinned *fresh, const ps_driver *driver, size_t capacity, int node,
+                                uint64_t *elapsed_ns, const char *caller) {
     ps_message before_orphans;
     uint64_t ignored = 0;
     /* Orphans go first: they may be what stands between us and the limit.
@@ -125,14 +145,19 @@ pinstage_status ps_pinned_alloc(ps_pinned *fresh, const ps_driver *driver, size_
     }
     uint64_t start = now_ns();
     void *p = NULL;
-    CUresult r = driver->cuMemAllocHost(&p, capacity);
+    int placed = 0;
+    CUresult r = node < 0 ? driver->cuMemAllocHost(&p, capacity) : alloc_placed(driver, capacity, node, &p, &placed);
     *elapsed_ns += now_ns() - start;
     if (r != CUDA_SUCCESS) {
         atomic_fetch_sub_explicit(&held, capacity, memory_order_relaxed);
-        return ps_fail_driver((pinstage_status)r, caller, "cuMemAllocHost_v2");
+        if (node >= 0 && !placed)
+            return ps_fail(PINSTAGE_ERROR_OUT_OF_MEMORY, "%s: cannot map %zu bytes of host memory to pin on NUMA node %d",
+                           caller, capacity, node);
+        return ps_fail_driver((pinstage_status)r, caller, node < 0 ? "cuMemAllocHost_v2" : "cuMemHostRegister_v2");
     }
     fresh->ptr = p;
     fresh->capacity = capacity;
+    fresh->placed = placed;
     return PINSTAGE_SUCCESS;
 }
 
@@ -140,24 +165,22 @@ pinstage_status ps_pinned_replace(ps_pinned *pinned, const ps_driver *driver, ps
                                   uint64_t *elapsed_ns, const char *caller) {
     ps_pinned old = *pinned;
     *pinned = *fresh;
-    fresh->ptr = NULL;
-    fresh->capacity = 0;
-    return old.ptr ? release_block(driver, old.ptr, old.capacity, elapsed_ns, caller) : PINSTAGE_SUCCESS;
+    *fresh = (ps_pinned){NULL, 0, 0};
+    return old.ptr ? release_block(driver, old.ptr, old.capacity, old.placed, elapsed_ns, caller) : PINSTAGE_SUCCESS;
 }
 
 pinstage_status ps_pinned_release(ps_pinned *pinned, const ps_driver *driver, uint64_t *elapsed_ns,
                                   const char *caller) {
     ps_pinned old = *pinned;
-    pinned->ptr = NULL;
-    pinned->capacity = 0;
-    return old.ptr ? release_block(driver, old.ptr, old.capacity, elapsed_ns, caller) : PINSTAGE_SUCCESS;
+    *pinned = (ps_pinned){NULL, 0, 0};
+    return old.ptr ? release_block(driver, old.ptr, old.capacity, old.placed, elapsed_ns, caller) : PINSTAGE_SUCCESS;
 }
 
 pinstage_status ps_pinned_alloc_beside(ps_pinned *pinned, const ps_driver *driver, ps_pinned *fresh,
-                                       size_t capacity, uint64_t *elapsed_ns, int *release_refused,
+                                       size_t capacity, int node, uint64_t *elapsed_ns, int *release_refused,
                                        const char *caller) {
     *release_refused = 0;
-    pinstage_status s = ps_pinned_alloc(fresh, driver, capacity, elapsed_ns, caller);
+    pinstage_status s = ps_pinned_alloc(fresh, driver, capacity, node, elapsed_ns, caller);
     if (s != PINSTAGE_ERROR_OUT_OF_MEMORY || !pinned->ptr) return s;
     /* Holding both may be what exhausts the pinnable memory. */
     ps_message why;
@@ -166,14 +189,15 @@ pinstage_status ps_pinned_alloc_beside(ps_pinned *pinned, const ps_driver *drive
         *release_refused = 1;
         return ps_message_restore(&why, s);
     }
-    return ps_pinned_alloc(fresh, driver, capacity, elapsed_ns, caller);
+    return ps_pinned_alloc(fresh, driver, capacity, node, elapsed_ns, caller);
 }
 
-pinstage_status ps_pinned_grow(ps_pinned *pinned, const ps_driver *driver, size_t capacity, uint64_t *elapsed_ns,
-                               int *grew, int *release_refused, const char *caller) {
-    ps_pinned fresh = {NULL, 0};
+pinstage_status ps_pinned_grow(ps_pinned *pinned, const ps_driver *driver, size_t capacity, int node,
+                               uint64_t *elapsed_ns, int *grew, int *release_refused, const char *caller) {
+    ps_pinned fresh = {NULL, 0, 0};
     *grew = 0;
-    pinstage_status s = ps_pinned_alloc_beside(pinned, driver, &fresh, capacity, elapsed_ns, release_refused, caller);
+    pinstage_status s =
+        ps_pinned_alloc_beside(pinned, driver, &fresh, capacity, node, elapsed_ns, release_refused, caller);
     if (s) return s;
     *grew = 1;
     s = ps_pinned_replace(pinned, driver, &fresh, elapsed_ns, caller);

@@ -18,16 +18,20 @@
 typedef struct ps_pinned {
     void *ptr;       /* NULL while nothing is pinned */
     size_t capacity; /* bytes, a multiple of PINSTAGE_CAPACITY_GRANULARITY */
+    int placed;      /* 0: cuMemAllocHost's; else a ps_placed_by: mapped here, placed on a
+                        NUMA node and registered (cuMemHostRegister) */
 } ps_pinned;
 
 /* Rounds `bytes` up to the capacity granularity; 0 when that overflows. */
 size_t ps_pinned_round(size_t bytes);
 
-/* Allocates `capacity` bytes (already rounded) into the empty *fresh. Adds
- * the time spent in the driver to *elapsed_ns. OUT_OF_MEMORY, with no
- * driver call, when the process's pinned limit would be exceeded. */
-pinstage_status ps_pinned_alloc(ps_pinned *fresh, const ps_driver *driver, size_t capacity, uint64_t *elapsed_ns,
-                                const char *caller);
+/* Allocates `capacity` bytes (already rounded) into the empty *fresh: with
+ * cuMemAllocHost for node -1 (wherever the kernel puts it), else mapped,
+ * placed on NUMA node `node` (numa.h) and registered with the driver. Adds
+ * the time spent to *elapsed_ns. OUT_OF_MEMORY, with no driver call, when
+ * the process's pinned limit would be exceeded. */
+pinstage_status ps_pinned_alloc(ps_pinned *fresh, const ps_driver *driver, size_t capacity, int node,
+                                uint64_t *elapsed_ns, const char *caller);
 
 /* Makes *fresh the allocation (fresh is left empty) and releases the old
  * one; a refused release orphans it and is returned (with this thread's
@@ -46,14 +50,14 @@ pinstage_status ps_pinned_release(ps_pinned *pinned, const ps_driver *driver, ui
  * more. *release_refused says that release was refused (the block is
  * orphaned, and the out-of-memory error returned). */
 pinstage_status ps_pinned_alloc_beside(ps_pinned *pinned, const ps_driver *driver, ps_pinned *fresh,
-                                       size_t capacity, uint64_t *elapsed_ns, int *release_refused,
+                                       size_t capacity, int node, uint64_t *elapsed_ns, int *release_refused,
                                        const char *caller);
 
 /* alloc_beside + replace, for reserve and the ring's slots: a failure keeps
  * the old block (except as above). *grew says whether the new block is in
  * place: an error with *grew set is a refused release of the old block
  * (orphaned). *release_refused counts either refusal. */
-pinstage_status ps_pinned_grow(ps_pinned *pinned, const ps_driver *driver, size_t capacity, uint64_t *elapsed_ns,
-                               int *grew, int *release_refused, const char *caller);
+pinstage_status ps_pinned_grow(ps_pinned *pinned, const ps_driver *driver, size_t capacity, int node,
+                               uint64_t *elapsed_ns, int *grew, int *release_refused, const char *caller);
 
 #endif

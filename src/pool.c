@@ -49,6 +49,7 @@
 #include <unistd.h>
 
 #include "cpus.h"
+#include "numa.h"
 #include "pool.h"
 #include "status.h"
 
@@ -93,6 +94,12 @@ struct ps_pool {
     worker_arg args[MAX_WORKERS];
     unsigned nthreads;   /* running */
     unsigned configured; /* to start; UINT32_MAX: sized to the machine */
+    /* A node's pool: its workers run on these CPUs only. Set before the
+     * pool is published, read-only after. ncpus 0: the default pool, whose
+     * workers run wherever the process may. */
+    int node;
+    unsigned ncpus;
+    cpu_set_t cpus;
 };
 
 static ps_pool global = {
@@ -102,9 +109,54 @@ static ps_pool global = {
     .configured = UINT32_MAX,
     .planned = UINT32_MAX,
     .spin_ns = DEFAULT_SPIN_NS,
+    .node = -1,
 };
 
 ps_pool *ps_pool_default(void) { return &global; }
+
+/* Per-node pools, made on first use and kept for the life of the process
+ * (a pool's workers park when idle). Published with a release store under
+ * node_lock; read with acquire. `configured` and spin settings copy the
+ * default pool's at creation and follow the public controls after. */
+static pthread_mutex_t node_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic(ps_pool *) node_pools[PS_NUMA_MAX_NODES];
+
+ps_pool *ps_pool_for_node(int node) {
+    if (node < 0 || node >= PS_NUMA_MAX_NODES) return &global;
+    ps_pool *p = atomic_load_explicit(&node_pools[node], memory_order_acquire);
+    if (p) return p;
+    cpu_set_t cpus;
+    /* A node none of whose CPUs this process may use has no pool of its own. */
+    if (!ps_numa_node_cpus(node, &cpus)) return &global;
+    pthread_mutex_lock(&node_lock);
+    if (!(p = atomic_load_explicit(&node_pools[node], memory_order_relaxed)) && (p = calloc(1, sizeof *p))) {
+        pthread_mutex_init(&p->lock, NULL);
+        pthread_cond_init(&p->wake, NULL);
+        pthread_mutex_init(&p->admin, NULL);
+        pthread_mutex_lock(&global.admin);
+        p->configured = global.configured;
+        pthread_mutex_unlock(&global.admin);
+        atomic_init(&p->planned, UINT32_MAX);
+        atomic_init(&p->spin_ns, atomic_load_explicit(&global.spin_ns, memory_order_relaxed));
+        p->node = node;
+        p->cpus = cpus;
+        p->ncpus = (unsigned)CPU_COUNT(&cpus);
+        atomic_store_explicit(&node_pools[node], p, memory_order_release);
+    }
+    pthread_mutex_unlock(&node_lock);
+    return p ? p : &global;
+}
+
+int ps_pool_node(const ps_pool *p) { return p->node; }
+
+/* Calls fn on every pool made so far, the default one first. */
+static void each_pool(void (*fn)(ps_pool *p, void *arg), void *arg) {
+    fn(&global, arg);
+    for (int i = 0; i < PS_NUMA_MAX_NODES; i++) {
+        ps_pool *p = atomic_load_explicit(&node_pools[i], memory_order_acquire);
+        if (p) fn(p, arg);
+    }
+}
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -255,11 +307,17 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
-/* One worker per CPU this process may use, less one for the calling thread,
+/* CPUs the pool's threads may use: the process's, or its node's. */
+static unsigned pool_cpus(const ps_pool *p) {
+    unsigned cpus = ps_cpus_usable();
+    return p->ncpus && p->ncpus < cpus ? p->ncpus : cpus;
+}
+
+/* One worker per CPU this pool may use, less one for the calling thread,
  * and on machines of 8 CPUs or more one more for the driver's own threads
  * and the rest of the program. */
-static unsigned machine_workers(void) {
-    unsigned cpus = ps_cpus_usable();
+static unsigned machine_workers(const ps_pool *p) {
+    unsigned cpus = pool_cpus(p);
     unsigned workers = cpus > 1 ? cpus - 1 : 0;
     if (cpus >= 8) workers--;
     return workers > MAX_WORKERS ? MAX_WORKERS : workers;
@@ -267,18 +325,29 @@ static unsigned machine_workers(void) {
 
 /* admin held, no job posted. */
 static void start_locked(ps_pool *p) {
-    unsigned want = p->configured == UINT32_MAX ? machine_workers() : p->configured;
+    unsigned want = p->configured == UINT32_MAX ? machine_workers(p) : p->configured;
+    pthread_attr_t attr, *use = NULL;
+    /* A node's workers start on its CPUs: the pages they first touch, and
+     * the memory they stream, are local. */
+    if (p->ncpus && pthread_attr_init(&attr) == 0) {
+        use = &attr;
+        if (pthread_attr_setaffinity_np(&attr, sizeof p->cpus, &p->cpus)) {
+            pthread_attr_destroy(&attr);
+            use = NULL;
+        }
+    }
     atomic_store_explicit(&p->stop, 0, memory_order_release);
     p->nthreads = 0;
     for (unsigned i = 0; i < want; i++) {
         p->args[i] = (worker_arg){p, i};
         atomic_fetch_add_explicit(&p->awake, 1, memory_order_relaxed);
-        if (pthread_create(&p->threads[i], NULL, worker_main, &p->args[i]) != 0) {
+        if (pthread_create(&p->threads[i], use, worker_main, &p->args[i]) != 0) {
             atomic_fetch_sub_explicit(&p->awake, 1, memory_order_relaxed);
             break;
         }
         p->nthreads++;
     }
+    if (use) pthread_attr_destroy(use);
     atomic_store_explicit(&p->started, 1, memory_order_release);
 }
 
@@ -307,7 +376,12 @@ static unsigned seats_for(ps_pool *p, unsigned helpers) {
     unsigned callers = atomic_load_explicit(&p->callers, memory_order_relaxed);
     unsigned awake = atomic_load_explicit(&p->awake, memory_order_relaxed);
     if (!callers) callers = 1;
-    long free_cpus = (long)ps_cpus_usable() - (long)ps_cpus_busy_elsewhere(callers + awake) - (long)callers;
+    /* Other threads' load is known for the machine only: a node's pool
+     * counts its share of it. */
+    unsigned usable = ps_cpus_usable(), cpus = pool_cpus(p);
+    unsigned long busy = ps_cpus_busy_elsewhere(callers + awake);
+    if (cpus < usable) busy = busy * cpus / usable;
+    long free_cpus = (long)cpus - (long)busy - (long)callers;
     long share = free_cpus > 0 ? free_cpus / (long)callers : 0;
     return share < (long)helpers ? (unsigned)share : helpers;
 }
@@ -427,7 +501,7 @@ unsigned ps_pool_workers(ps_pool *p) {
     unsigned n = atomic_load_explicit(&p->planned, memory_order_relaxed);
     if (n != UINT32_MAX) return n;
     pthread_mutex_lock(&p->admin);
-    n = p->configured == UINT32_MAX ? machine_workers() : p->configured;
+    n = p->configured == UINT32_MAX ? machine_workers(p) : p->configured;
     atomic_store_explicit(&p->planned, n, memory_order_relaxed);
     pthread_mutex_unlock(&p->admin);
     return n;
@@ -450,47 +524,68 @@ static void end_resize(ps_pool *p) {
     atomic_store_explicit(&p->resizing, 0, memory_order_seq_cst);
 }
 
-pinstage_status pinstage_pool_set_threads(unsigned workers) {
-    ps_pool *p = &global;
-    if (workers != PINSTAGE_POOL_AUTO && workers > MAX_WORKERS)
-        return ps_fail(PINSTAGE_ERROR_INVALID_VALUE,
-                       "pinstage_pool_set_threads: workers=%u; at most %u (or PINSTAGE_POOL_AUTO)", workers,
-                       MAX_WORKERS);
+static void set_threads(ps_pool *p, void *arg) {
+    unsigned workers = *(const unsigned *)arg;
     begin_resize(p);
     stop_locked(p);
     p->configured = workers == PINSTAGE_POOL_AUTO ? UINT32_MAX : workers;
     atomic_store_explicit(&p->planned, UINT32_MAX, memory_order_relaxed);
     end_resize(p);
+}
+
+pinstage_status pinstage_pool_set_threads(unsigned workers) {
+    if (workers != PINSTAGE_POOL_AUTO && workers > MAX_WORKERS)
+        return ps_fail(PINSTAGE_ERROR_INVALID_VALUE,
+                       "pinstage_pool_set_threads: workers=%u; at most %u (or PINSTAGE_POOL_AUTO)", workers,
+                       MAX_WORKERS);
+    /* node_lock: a pool made meanwhile copies the new setting or gets it here. */
+    pthread_mutex_lock(&node_lock);
+    each_pool(set_threads, &workers);
+    pthread_mutex_unlock(&node_lock);
     return PINSTAGE_SUCCESS;
 }
 
-void pinstage_pool_shutdown(void) {
-    ps_pool *p = &global;
+static void shutdown_pool(ps_pool *p, void *arg) {
+    (void)arg;
     begin_resize(p);
     stop_locked(p);
     end_resize(p);
 }
 
+void pinstage_pool_shutdown(void) { each_pool(shutdown_pool, NULL); }
+
+static void set_spin(ps_pool *p, void *arg) {
+    atomic_store_explicit(&p->spin_ns, *(const unsigned *)arg, memory_order_relaxed);
+}
+
 void pinstage_pool_set_spin_us(unsigned spin_us) {
     unsigned ns = spin_us > 1000000u ? 1000000000u : spin_us * 1000u;
-    atomic_store_explicit(&global.spin_ns, ns, memory_order_relaxed);
+    pthread_mutex_lock(&node_lock);
+    each_pool(set_spin, &ns);
+    pthread_mutex_unlock(&node_lock);
+}
+
+static void add_info(ps_pool *p, void *arg) {
+    pinstage_pool_info *info = arg;
+    pthread_mutex_lock(&p->admin);
+    info->workers += p->configured == UINT32_MAX ? machine_workers(p) : p->configured;
+    info->running += atomic_load_explicit(&p->started, memory_order_relaxed) ? p->nthreads : 0;
+    pthread_mutex_unlock(&p->admin);
+    info->parked += atomic_load_explicit(&p->parked, memory_order_relaxed);
+    info->pools += p != &global;
 }
 
 void pinstage_pool_get_info(pinstage_pool_info *info) {
-    ps_pool *p = &global;
     if (!info) return;
-    pthread_mutex_lock(&p->admin);
-    info->workers = p->configured == UINT32_MAX ? machine_workers() : p->configured;
-    info->running = atomic_load_explicit(&p->started, memory_order_relaxed) ? p->nthreads : 0;
-    pthread_mutex_unlock(&p->admin);
-    info->parked = atomic_load_explicit(&p->parked, memory_order_relaxed);
-    info->spin_us = atomic_load_explicit(&p->spin_ns, memory_order_relaxed) / 1000u;
+    memset(info, 0, sizeof *info);
+    each_pool(add_info, info);
+    info->spin_us = atomic_load_explicit(&global.spin_ns, memory_order_relaxed) / 1000u;
 }
 
 /* Workers are joined at exit, and a child of fork() has none of its
  * parent's threads: it starts its own on first use. */
-__attribute__((destructor)) static void pool_at_exit(void) {
-    ps_pool *p = &global;
+static void stop_at_exit(ps_pool *p, void *arg) {
+    (void)arg;
     atomic_store_explicit(&p->resizing, 1, memory_order_seq_cst);
     if (atomic_load_explicit(&p->posted, memory_order_seq_cst)) return; /* a transfer is running */
     pthread_mutex_lock(&p->admin);
@@ -499,28 +594,54 @@ __attribute__((destructor)) static void pool_at_exit(void) {
     atomic_store_explicit(&p->resizing, 0, memory_order_seq_cst);
 }
 
-static void before_fork(void) { pthread_mutex_lock(&global.admin); }
-static void after_fork_parent(void) { pthread_mutex_unlock(&global.admin); }
-static void after_fork_child(void) {
+__attribute__((destructor)) static void pool_at_exit(void) { each_pool(stop_at_exit, NULL); }
+
+static void lock_admin(ps_pool *p, void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&p->admin);
+}
+
+static void unlock_admin(ps_pool *p, void *arg) {
+    (void)arg;
+    pthread_mutex_unlock(&p->admin);
+}
+
+static void before_fork(void) {
+    pthread_mutex_lock(&node_lock);
+    each_pool(lock_admin, NULL);
+}
+
+static void after_fork_parent(void) {
+    each_pool(unlock_admin, NULL);
+    pthread_mutex_unlock(&node_lock);
+}
+
+static void reset_in_child(ps_pool *p, void *arg) {
+    (void)arg;
     /* The parent's jobs and workers do not exist here. */
     for (unsigned i = 0; i < MAX_JOBS; i++) {
-        ps_job_slot *s = &global.slots[i];
+        ps_job_slot *s = &p->slots[i];
         uint64_t v = atomic_load(&s->state);
         atomic_store(&s->state, PACK(GEN(v), 1, 0, 0));
         atomic_store(&s->owned, 0);
     }
-    atomic_store(&global.started, 0);
-    global.nthreads = 0;
-    global.tokens = 0;
-    atomic_store(&global.callers, 0);
-    atomic_store(&global.posted, 0);
-    atomic_store(&global.awake, 0);
-    atomic_store(&global.sleepers, 0);
-    atomic_store(&global.parked, 0);
-    atomic_store(&global.resizing, 0);
-    pthread_mutex_init(&global.lock, NULL);
-    pthread_cond_init(&global.wake, NULL);
-    pthread_mutex_unlock(&global.admin);
+    atomic_store(&p->started, 0);
+    p->nthreads = 0;
+    p->tokens = 0;
+    atomic_store(&p->callers, 0);
+    atomic_store(&p->posted, 0);
+    atomic_store(&p->awake, 0);
+    atomic_store(&p->sleepers, 0);
+    atomic_store(&p->parked, 0);
+    atomic_store(&p->resizing, 0);
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->wake, NULL);
+    pthread_mutex_unlock(&p->admin);
+}
+
+static void after_fork_child(void) {
+    each_pool(reset_in_child, NULL);
+    pthread_mutex_init(&node_lock, NULL);
 }
 
 __attribute__((constructor)) static void pool_register_fork(void) {

@@ -53,8 +53,17 @@ typedef struct ps_job {
     ps_job_slot local;
 } ps_job;
 
-/* The process-wide pool (workers start on first use). */
+/* The process-wide pool (workers start on first use): its workers run on
+ * any CPU the process may use. */
 ps_pool *ps_pool_default(void);
+
+/* The pool of NUMA node `node`, whose workers run on the node's CPUs only
+ * (made on first use); the default pool for node -1 or a node without CPUs
+ * this process may use. */
+ps_pool *ps_pool_for_node(int node);
+
+/* The node whose CPUs run the pool's workers; -1 for the default pool. */
+int ps_pool_node(const ps_pool *pool);
 
 /* Starts a job of `count` blocks (at most PS_JOB_MAX_BLOCKS) of which the
  * first `limit` may be claimed now, with at most `helpers` workers besides

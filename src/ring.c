@@ -16,7 +16,9 @@
 
 #include "copy.h"
 #include "devbuf.h"
+#include "device.h"
 #include "engine.h"
+#include "numa.h"
 #include "pinned.h"
 #include "status.h"
 
@@ -43,6 +45,7 @@ struct pinstage_ring {
     int have_events;
     int in_call; /* an upload's fill callback is running */
     uint64_t handouts; /* copies handed a slot so far; tickets are its values */
+    ps_binding binding; /* its device, context and NUMA node (device.h) */
     pinstage_ring_stats stats;
     ring_slot slot[];
 };
@@ -239,7 +242,8 @@ static pinstage_status acquire(pinstage_ring *ring, const ps_driver *d, int host
     }
     if (bytes > s->pinned.capacity) {
         int grew = 0, refused = 0;
-        pinstage_status st = ps_pinned_grow(&s->pinned, d, capacity, &ring->stats.pin_time_ns, &grew, &refused, caller);
+        pinstage_status st = ps_pinned_grow(&s->pinned, d, capacity, ps_binding_node(&ring->binding),
+                                            &ring->stats.pin_time_ns, &grew, &refused, caller);
         count_pinned(ring);
         ring->stats.release_failures += refused; /* orphaned blocks */
         if (!grew) return st;
@@ -280,6 +284,13 @@ static pinstage_status check_ring(const pinstage_ring *ring, const char *caller)
     return PINSTAGE_SUCCESS;
 }
 
+/* The driver, and the ring's context current if it is bound; every call
+ * that starts with it ends with ps_bind_leave. */
+static pinstage_status begin(pinstage_ring *ring, const ps_driver **d, const char *caller) {
+    pinstage_status st = ps_driver_get(d);
+    return st ? st : ps_bind_enter(&ring->binding, *d, caller);
+}
+
 static pinstage_status check_args(const char *caller, const pinstage_ring *ring, const pinstage_devbuf *dev,
                                   const char *dev_name, int other_given, const char *other_name, size_t n,
                                   size_t *bytes) {
@@ -297,19 +308,19 @@ static pinstage_status check_args(const char *caller, const pinstage_ring *ring,
 
 /* An upload: a slot whose last copy has landed, written by `fill` or from
  * `src`, then the DMA and the event. */
-static pinstage_status upload(pinstage_ring *ring, pinstage_devbuf *dst, size_t bytes, CUstream stream,
-                              pinstage_fill_fn fill, void *user_data, const void *src, size_t n, const char *caller) {
-    const ps_driver *d;
+static pinstage_status upload_in_context(pinstage_ring *ring, const ps_driver *d, pinstage_devbuf *dst, size_t bytes,
+                                         CUstream stream, pinstage_fill_fn fill, void *user_data, const void *src,
+                                         size_t n, const char *caller) {
     ring_slot *s;
-    pinstage_status st = ps_driver_get(&d);
-    if (st || (st = ensure_events(ring, d, caller)) || (st = acquire(ring, d, 1, bytes, dst->elem_align, &s, caller)))
+    pinstage_status st;
+    if ((st = ensure_events(ring, d, caller)) || (st = acquire(ring, d, 1, bytes, dst->elem_align, &s, caller)))
         return st;
     if (fill) {
         ring->in_call = 1;
         fill(s->pinned.ptr, n, user_data);
         ring->in_call = 0;
     } else if (bytes >= POOL_COPY_MIN)
-        ps_engine_copy_in(ps_pool_default(), s->pinned.ptr, src, bytes);
+        ps_engine_copy_in(ps_binding_pool(&ring->binding), s->pinned.ptr, src, bytes);
     else
         memcpy(s->pinned.ptr, src, bytes);
     clear_slot(s); /* a collected view it held is overwritten now */
@@ -319,6 +330,14 @@ static pinstage_status upload(pinstage_ring *ring, pinstage_devbuf *dst, size_t 
     ring->stats.uploads++;
     ring->stats.bytes_uploaded += bytes;
     return PINSTAGE_SUCCESS;
+}
+
+static pinstage_status upload(pinstage_ring *ring, pinstage_devbuf *dst, size_t bytes, CUstream stream,
+                              pinstage_fill_fn fill, void *user_data, const void *src, size_t n, const char *caller) {
+    const ps_driver *d;
+    pinstage_status st = begin(ring, &d, caller);
+    if (!st) st = upload_in_context(ring, d, dst, bytes, stream, fill, user_data, src, n, caller);
+    return ps_bind_leave(&ring->binding, st, caller);
 }
 
 pinstage_status pinstage_ring_upload_with_async(pinstage_ring *ring, pinstage_devbuf *dst, size_t n, CUstream stream,
@@ -337,16 +356,12 @@ pinstage_status pinstage_ring_upload_async(pinstage_ring *ring, pinstage_devbuf 
     return st ? st : upload(ring, dst, bytes, stream, NULL, NULL, src, n, caller);
 }
 
-pinstage_status pinstage_ring_download_async(pinstage_ring *ring, const pinstage_devbuf *src, size_t n,
-                                             CUstream stream, pinstage_ticket *ticket) {
-    static const char caller[] = "pinstage_ring_download_async";
-    const ps_driver *d;
+static pinstage_status download_in_context(pinstage_ring *ring, const ps_driver *d, const pinstage_devbuf *src,
+                                           size_t bytes, CUstream stream, pinstage_ticket *ticket,
+                                           const char *caller) {
     ring_slot *s;
-    size_t bytes = 0;
-    if (ticket) *ticket = 0;
-    pinstage_status st = check_args(caller, ring, src, "src", ticket != NULL, "ticket", n, &bytes);
-    if (st || (st = ps_driver_get(&d)) || (st = ensure_events(ring, d, caller)) ||
-        (st = acquire(ring, d, 0, bytes, src->elem_align, &s, caller)))
+    pinstage_status st;
+    if ((st = ensure_events(ring, d, caller)) || (st = acquire(ring, d, 0, bytes, src->elem_align, &s, caller)))
         return st;
     /* Behind the slot's last copy, on whatever stream that ran: the handle
      * is not compared, since a destroyed stream's handle can come back. */
@@ -363,6 +378,18 @@ pinstage_status pinstage_ring_download_async(pinstage_ring *ring, const pinstage
     ring->stats.downloads++;
     ring->stats.bytes_downloaded += bytes;
     return PINSTAGE_SUCCESS;
+}
+
+pinstage_status pinstage_ring_download_async(pinstage_ring *ring, const pinstage_devbuf *src, size_t n,
+                                             CUstream stream, pinstage_ticket *ticket) {
+    static const char caller[] = "pinstage_ring_download_async";
+    const ps_driver *d;
+    size_t bytes = 0;
+    if (ticket) *ticket = 0;
+    pinstage_status st = check_args(caller, ring, src, "src", ticket != NULL, "ticket", n, &bytes);
+    if (st || (st = begin(ring, &d, caller))) return st;
+    st = download_in_context(ring, d, src, bytes, stream, ticket, caller);
+    return ps_bind_leave(&ring->binding, st, caller);
 }
 
 /* ---- Tickets ---------------------------------------------------------------------- */
@@ -395,17 +422,20 @@ static pinstage_status complete(pinstage_ring *ring, pinstage_ticket ticket, con
                        pinstage_status_name(failure));
     }
     if (s->busy) {
-        pinstage_status st = ps_driver_get(&d);
+        pinstage_status st = begin(ring, &d, caller);
         if (st) return st;
         if (wait) {
             st = slot_wait(ring, d, s, caller);
         } else {
             CUresult r = slot_query(d, s);
             if (r == CUDA_ERROR_NOT_READY)
-                return ps_fail(PINSTAGE_ERROR_NOT_READY, "%s: ticket %llu's copy has not landed yet", caller,
-                               (unsigned long long)ticket);
+                return ps_bind_leave(&ring->binding,
+                                     ps_fail(PINSTAGE_ERROR_NOT_READY, "%s: ticket %llu's copy has not landed yet",
+                                             caller, (unsigned long long)ticket),
+                                     caller);
             if (r) st = query_failed(ring, d, s, r, caller);
         }
+        st = ps_bind_leave(&ring->binding, st, caller);
         if (st) {
             clear_slot(s);
             return st;
@@ -461,8 +491,8 @@ pinstage_status pinstage_ring_synchronize(pinstage_ring *ring) {
     pinstage_status checked = check_ring(ring, caller);
     if (checked) return checked;
     if (!ring->have_events) return PINSTAGE_SUCCESS; /* nothing was ever enqueued */
-    pinstage_status st = ps_driver_get(&d);
-    return st ? st : wait_all(ring, d, caller);
+    pinstage_status st = begin(ring, &d, caller);
+    return st ? st : ps_bind_leave(&ring->binding, wait_all(ring, d, caller), caller);
 }
 
 pinstage_status pinstage_ring_reserve(pinstage_ring *ring, size_t bytes) {
@@ -475,7 +505,8 @@ pinstage_status pinstage_ring_reserve(pinstage_ring *ring, size_t bytes) {
     if (capacity == 0)
         return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: bytes=%zu overflows when rounded up to %zu", caller, bytes,
                        PINSTAGE_CAPACITY_GRANULARITY);
-    pinstage_status st = ps_driver_get(&d);
+    pinstage_status st = begin(ring, &d, caller);
+    if (st) return st;
     for (unsigned i = 0; i < ring->count && !st; i++) {
         ring_slot *s = &ring->slot[i];
         if (s->pinned.capacity >= capacity) continue;
@@ -483,7 +514,8 @@ pinstage_status pinstage_ring_reserve(pinstage_ring *ring, size_t bytes) {
         if (s->state == SLOT_TICKET) continue;
         if ((st = slot_wait(ring, d, s, caller))) break;
         int grew = 0, refused = 0;
-        st = ps_pinned_grow(&s->pinned, d, capacity, &ring->stats.pin_time_ns, &grew, &refused, caller);
+        st = ps_pinned_grow(&s->pinned, d, capacity, ps_binding_node(&ring->binding), &ring->stats.pin_time_ns,
+                            &grew, &refused, caller);
         ring->stats.release_failures += refused;
         if (grew) {
             ring->stats.pinned_allocations++;
@@ -492,7 +524,7 @@ pinstage_status pinstage_ring_reserve(pinstage_ring *ring, size_t bytes) {
         }
         count_pinned(ring);
     }
-    return st;
+    return ps_bind_leave(&ring->binding, st, caller);
 }
 
 pinstage_status pinstage_ring_free(pinstage_ring *ring) {
@@ -507,6 +539,10 @@ pinstage_status pinstage_ring_free(pinstage_ring *ring) {
     for (unsigned i = 0; i < ring->count; i++) made |= ring->slot[i].pinned.ptr != NULL;
     if (made && !ps_driver_get(&d)) {
         ps_message first;
+        /* Without its context current the releases are still tried. */
+        ps_message why;
+        pinstage_status entered = ps_bind_enter(&ring->binding, d, caller);
+        if (entered) ps_message_save(&why);
         st = wait_all(ring, d, caller);
         ps_message_save(&first);
         /* Refused releases are orphaned (released later) and reported. */
@@ -518,7 +554,50 @@ pinstage_status pinstage_ring_free(pinstage_ring *ring) {
             if (e && !st) st = ps_fail_driver((pinstage_status)e, caller, "cuEventDestroy_v2"), ps_message_save(&first);
         }
         if (st) ps_message_restore(&first, st);
+        st = ps_bind_leave(&ring->binding, st, caller);
+        if (entered) st = ps_message_restore(&why, entered); /* the first failure is the one to read */
+    }
+    /* The context goes last: what was made in it is gone by now. */
+    if (ring->binding.retained && !ps_driver_get(&d)) {
+        pinstage_status u = ps_unbind(&ring->binding, d, caller);
+        if (!st) st = u;
     }
     free(ring);
     return st;
+}
+
+/* ---- Devices and placement ---------------------------------------------------- */
+
+pinstage_status pinstage_ring_bind(pinstage_ring *ring, const pinstage_binding *binding) {
+    static const char caller[] = "pinstage_ring_bind";
+    pinstage_status st = check_ring(ring, caller);
+    if (st) return st;
+    int used = ring->have_events;
+    for (unsigned i = 0; i < ring->count; i++) used |= ring->slot[i].pinned.ptr != NULL;
+    /* Its events and pinned memory belong to the context it has now. */
+    if (used)
+        return ps_fail(PINSTAGE_ERROR_INVALID_VALUE,
+                       "%s: the ring is in use (it holds pinned memory or has made a copy); bind it right after "
+                       "pinstage_ring_create", caller);
+    return ps_bind(&ring->binding, binding, caller);
+}
+
+pinstage_status pinstage_ring_get_placement(const pinstage_ring *ring, pinstage_placement *out) {
+    static const char caller[] = "pinstage_ring_get_placement";
+    if (!ring || !out) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: %s is NULL", caller, ring ? "out" : "ring");
+    ps_binding_placement(&ring->binding, out);
+    int found = -3; /* no block yet */
+    for (unsigned i = 0; i < ring->count; i++) {
+        const ps_pinned *p = &ring->slot[i].pinned;
+        if (!p->ptr) continue;
+        out->pinned_bytes += p->capacity;
+        int where = ps_numa_where(p->ptr, p->capacity);
+        /* Several nodes is known once any block says so; then "not known". */
+        if (found == -3) found = where;
+        else if (found == -2 || where == -2) found = -2;
+        else if (found == -1 || where == -1) found = -1;
+        else if (found != where) found = -2;
+    }
+    out->memory_found = found == -3 ? -1 : found;
+    return PINSTAGE_SUCCESS;
 }

@@ -10,7 +10,9 @@
 #include "adapt.h"
 #include "copy.h"
 #include "devbuf.h"
+#include "device.h"
 #include "engine.h"
+#include "numa.h"
 #include "pinned.h"
 #include "policy.h"
 #include "status.h"
@@ -27,6 +29,7 @@ struct pinstage_buffer {
     size_t pinned_limit;      /* this buffer's cap on its capacity; SIZE_MAX: none */
     size_t auto_stage_max_bytes;
     pinstage_profile *profile; /* the buffer's own copy; NULL: the default */
+    ps_binding binding;       /* its device, context and NUMA node (device.h) */
     pinstage_stats stats;
 };
 
@@ -41,9 +44,18 @@ static pinstage_status enter(pinstage_buffer *buf, const char *caller) {
     return PINSTAGE_SUCCESS;
 }
 
+/* Ends a call: the caller's context back (if the call made the buffer's
+ * current), the buffer free for the next call. */
 static pinstage_status leave(pinstage_buffer *buf, pinstage_status s) {
+    s = ps_bind_leave(&buf->binding, s, "pinstage_buffer");
     buf->in_call = 0;
     return s;
+}
+
+/* The driver, and the buffer's context current if it is bound. */
+static pinstage_status begin(pinstage_buffer *buf, const ps_driver **d, const char *caller) {
+    pinstage_status s = ps_driver_get(d);
+    return s ? s : ps_bind_enter(&buf->binding, *d, caller);
 }
 
 pinstage_status pinstage_buffer_create(pinstage_buffer **out) {
@@ -85,12 +97,23 @@ pinstage_status pinstage_buffer_free(pinstage_buffer *buf) {
         return ps_fail(PINSTAGE_ERROR_NOT_PERMITTED, "%s: called from the buffer's own fill callback", caller);
     /* Events and pinned memory exist only if a driver was loaded to make them. */
     if ((buf->have_events || buf->pinned.ptr) && !ps_driver_get(&d)) {
-        /* A refused release is orphaned (released later) and reported. */
+        /* Without its context current the releases are still tried: a
+         * refused one is orphaned (released later) and reported. */
+        ps_message why;
+        pinstage_status entered = ps_bind_enter(&buf->binding, d, caller);
+        if (entered) ps_message_save(&why);
         s = ps_pinned_release(&buf->pinned, d, &ignored, caller);
         for (int i = 0; buf->have_events && i < PS_ENGINE_SLOTS; i++) {
             CUresult r = d->cuEventDestroy(buf->events[i]);
             if (r && !s) s = ps_fail_driver((pinstage_status)r, caller, "cuEventDestroy_v2");
         }
+        s = ps_bind_leave(&buf->binding, s, caller);
+        if (entered) s = ps_message_restore(&why, entered); /* the first failure is the one to read */
+    }
+    /* The context goes last: what was made in it is gone by now. */
+    if (buf->binding.retained && !ps_driver_get(&d)) {
+        pinstage_status u = ps_unbind(&buf->binding, d, caller);
+        if (!s) s = u;
     }
     free(buf->profile);
     free(buf);
@@ -160,10 +183,10 @@ pinstage_status pinstage_buffer_reserve(pinstage_buffer *buf, size_t bytes) {
     if (s) return s;
     if (bytes <= buf->pinned.capacity) return leave(buf, PINSTAGE_SUCCESS);
     if (capacity > buf->pinned_limit) return leave(buf, over_buffer_limit(buf, capacity, caller));
-    if ((s = ps_driver_get(&d))) return leave(buf, s);
+    if ((s = begin(buf, &d, caller))) return leave(buf, s);
     int grew = 0, refused = 0;
     uint64_t ns = 0;
-    s = ps_pinned_grow(&buf->pinned, d, capacity, &ns, &grew, &refused, caller);
+    s = ps_pinned_grow(&buf->pinned, d, capacity, ps_binding_node(&buf->binding), &ns, &grew, &refused, caller);
     buf->stats.release_failures += refused;
     if (grew) {
         buf->stats.pinned_allocations++;
@@ -182,6 +205,7 @@ pinstage_status pinstage_buffer_shrink_to_fit(pinstage_buffer *buf) {
     pinstage_status s = enter(buf, caller);
     if (s) return s;
     if (!buf->pinned.ptr || ps_driver_get(&d)) return leave(buf, PINSTAGE_SUCCESS);
+    if ((s = ps_bind_enter(&buf->binding, d, caller))) return leave(buf, s);
     uint64_t ns = 0;
     s = ps_pinned_release(&buf->pinned, d, &ns, caller);
     if (s) buf->stats.release_failures++;
@@ -253,7 +277,8 @@ static pinstage_status pin(pinstage_buffer *buf, const ps_driver *d, size_t byte
                        PINSTAGE_CAPACITY_GRANULARITY);
     if (capacity > buf->pinned_limit) return over_buffer_limit(buf, capacity, caller);
     int refused = 0;
-    s = ps_pinned_alloc_beside(&buf->pinned, d, &p->fresh, capacity, &p->ns, &refused, caller);
+    s = ps_pinned_alloc_beside(&buf->pinned, d, &p->fresh, capacity, ps_binding_node(&buf->binding), &p->ns,
+                               &refused, caller);
     buf->stats.release_failures += refused;
     if (s) return s;
     if ((uintptr_t)p->fresh.ptr % elem_align) {
@@ -323,7 +348,7 @@ pinstage_status pinstage_buffer_upload_with(pinstage_buffer *buf, pinstage_devbu
     pinning p;
     pinstage_status s = check_transfer(caller, buf, dst, "dst", fill != NULL, "fill", n, &bytes);
     if (s || (s = enter(buf, caller))) return s;
-    if ((s = ps_driver_get(&d)) || (s = pin(buf, d, bytes, dst->elem_align, &p, caller))) return leave(buf, s);
+    if ((s = begin(buf, &d, caller)) || (s = pin(buf, d, bytes, dst->elem_align, &p, caller))) return leave(buf, s);
     fill(pinned_ptr(buf, &p), n, user_data);
     s = staged_copy(buf, d, &p, PS_H2D, dst->ptr, bytes, stream, caller);
     unpin(buf, d, &p, !s, caller);
@@ -342,7 +367,7 @@ pinstage_status pinstage_buffer_download_into(pinstage_buffer *buf, const pinsta
     pinning p;
     pinstage_status s = check_transfer(caller, buf, src, "src", view != NULL, "view", n, &bytes);
     if (s || (s = enter(buf, caller))) return s;
-    if ((s = ps_driver_get(&d)) || (s = pin(buf, d, bytes, src->elem_align, &p, caller))) return leave(buf, s);
+    if ((s = begin(buf, &d, caller)) || (s = pin(buf, d, bytes, src->elem_align, &p, caller))) return leave(buf, s);
     s = staged_copy(buf, d, &p, PS_D2H, src->ptr, bytes, stream, caller);
     unpin(buf, d, &p, !s, caller);
     if (s) return leave(buf, s);
@@ -399,10 +424,11 @@ static pinstage_status engine_copy(const transfer *t, const ps_plan *plan, int *
     if (s) return s;
     ps_stage stage = {pinned_ptr(buf, &p), buf->events};
     int in_flight = 0;
-    s = t->dir == PS_H2D ? ps_engine_h2d(t->d, ps_pool_default(), &stage, t->dev, t->host, t->bytes, t->stream, plan,
-                                         &in_flight, t->caller)
-                         : ps_engine_d2h(t->d, ps_pool_default(), &stage, t->host, t->dev, t->bytes, t->stream, plan,
-                                         &in_flight, t->caller);
+    ps_pool *pool = ps_binding_pool(&buf->binding);
+    s = t->dir == PS_H2D ? ps_engine_h2d(t->d, pool, &stage, t->dev, t->host, t->bytes, t->stream, plan, &in_flight,
+                                         t->caller)
+                         : ps_engine_d2h(t->d, pool, &stage, t->host, t->dev, t->bytes, t->stream, plan, &in_flight,
+                                         t->caller);
     if (s && in_flight) retire_pinned(buf, t->d, &p, t->caller);
     unpin(buf, t->d, &p, !s, t->caller);
     return s;
@@ -432,7 +458,7 @@ static pinstage_status move(transfer *t) {
     pinstage_buffer *buf = t->buf;
     pinstage_status s = ensure_events(buf, t->d, t->caller);
     if (s) return s;
-    const pinstage_profile *profile = buf->profile ? buf->profile : ps_profile_default();
+    const pinstage_profile *profile = buf->profile ? buf->profile : ps_binding_profile(&buf->binding);
     ps_plan plan = ps_choose_plan(profile, t->dir, t->bytes, buf->auto_stage_max_bytes);
     /* The driver's pageable copy moves page-locked memory by DMA as well, so
      * a small upload it takes (a few KiB, where a tenth of a microsecond
@@ -506,7 +532,7 @@ pinstage_status pinstage_buffer_upload(pinstage_buffer *buf, pinstage_devbuf *ds
     pinstage_status s = check_transfer(caller, buf, dst, "dst", src != NULL, "src", n, &bytes);
     transfer t = {buf, NULL, PS_H2D, 0, (unsigned char *)src, bytes, stream, caller};
     if (s || (s = enter(buf, caller))) return s;
-    if ((s = ps_driver_get(&t.d))) return leave(buf, s);
+    if ((s = begin(buf, &t.d, caller))) return leave(buf, s);
     t.dev = dst->ptr;
     if ((s = move(&t))) return leave(buf, s);
     buf->stats.bytes_uploaded += bytes;
@@ -520,9 +546,32 @@ pinstage_status pinstage_buffer_download(pinstage_buffer *buf, void *dst, size_t
     pinstage_status s = check_transfer(caller, buf, src, "src", dst != NULL, "dst", n, &bytes);
     transfer t = {buf, NULL, PS_D2H, 0, dst, bytes, stream, caller};
     if (s || (s = enter(buf, caller))) return s;
-    if ((s = ps_driver_get(&t.d))) return leave(buf, s);
+    if ((s = begin(buf, &t.d, caller))) return leave(buf, s);
     t.dev = src->ptr;
     if ((s = move(&t))) return leave(buf, s);
     buf->stats.bytes_downloaded += bytes;
     return leave(buf, PINSTAGE_SUCCESS);
+}
+
+/* ---- Devices and placement ---------------------------------------------------- */
+
+pinstage_status pinstage_buffer_bind(pinstage_buffer *buf, const pinstage_binding *binding) {
+    static const char caller[] = "pinstage_buffer_bind";
+    if (!buf) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: buf is NULL", caller);
+    if (buf->in_call) return ps_fail(PINSTAGE_ERROR_NOT_PERMITTED, "%s: called from the buffer's own fill callback", caller);
+    /* Its events and pinned memory belong to the context it has now. */
+    if (buf->have_events || buf->pinned.ptr)
+        return ps_fail(PINSTAGE_ERROR_INVALID_VALUE,
+                       "%s: the buffer is in use (it holds pinned memory or has made a transfer); bind it right "
+                       "after pinstage_buffer_create", caller);
+    return ps_bind(&buf->binding, binding, caller);
+}
+
+pinstage_status pinstage_buffer_get_placement(const pinstage_buffer *buf, pinstage_placement *out) {
+    static const char caller[] = "pinstage_buffer_get_placement";
+    if (!buf || !out) return ps_fail(PINSTAGE_ERROR_INVALID_VALUE, "%s: %s is NULL", caller, buf ? "out" : "buf");
+    ps_binding_placement(&buf->binding, out);
+    out->pinned_bytes = buf->pinned.capacity;
+    out->memory_found = ps_numa_where(buf->pinned.ptr, buf->pinned.capacity);
+    return PINSTAGE_SUCCESS;
 }

@@ -95,6 +95,9 @@ typedef struct test_emu {
     void (*set_pinned_alignment)(size_t);
     void (*set_inline)(int);
     void (*set_host_rates)(double, double);
+    int (*set_numa)(const int *, int);
+    int (*set_device_bandwidth)(int, double);
+    int (*fail_device)(int, int);
 } test_emu;
 
 static test_emu emu_api;
@@ -118,6 +121,8 @@ static struct {
     CUresult (*event_record)(CUevent, CUstream);
     CUresult (*event_destroy)(CUevent);
     CUresult (*stream_wait_event)(CUstream, CUevent, unsigned);
+    CUresult (*ctx_get_current)(CUcontext *);
+    CUresult (*ctx_set_current)(CUcontext);
 } drv;
 
 /* Device memory queue_busy_work keeps the GPU busy with; allocated once. */
@@ -145,6 +150,9 @@ static inline void test_setup(void) {
         *(void **)&emu_api.set_pinned_alignment = dlsym(h, "pinstage_emu_set_pinned_alignment");
         *(void **)&emu_api.set_inline = dlsym(h, "pinstage_emu_set_inline");
         *(void **)&emu_api.set_host_rates = dlsym(h, "pinstage_emu_set_host_rates");
+        *(void **)&emu_api.set_numa = dlsym(h, "pinstage_emu_set_numa");
+        *(void **)&emu_api.set_device_bandwidth = dlsym(h, "pinstage_emu_set_device_bandwidth");
+        *(void **)&emu_api.fail_device = dlsym(h, "pinstage_emu_fail_device");
         emu = &emu_api;
     }
     REQUIRE_OK(pinstage_context_init(0));
@@ -163,6 +171,8 @@ static inline void test_setup(void) {
     TEST_PROC(event_record, "cuEventRecord", 2000);
     TEST_PROC(event_destroy, "cuEventDestroy", 4000);
     TEST_PROC(stream_wait_event, "cuStreamWaitEvent", 3020);
+    TEST_PROC(ctx_get_current, "cuCtxGetCurrent", 4000);
+    TEST_PROC(ctx_set_current, "cuCtxSetCurrent", 4000);
     REQUIRE_OK(pinstage_devbuf_alloc_u8(&ballast, emu ? (1u << 20) : (64u << 20)));
     printf("# driver: %s (%s, version %d)\n", driver_info.path,
            driver_info.emulated ? "emulated" : "real", driver_info.driver_version);
