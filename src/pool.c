@@ -381,7 +381,14 @@ static unsigned seats_for(ps_pool *p, unsigned helpers) {
     unsigned usable = ps_cpus_usable(), cpus = pool_cpus(p);
     unsigned long busy = ps_cpus_busy_elsewhere(callers + awake);
     if (cpus < usable) busy = busy * cpus / usable;
-    long free_cpus = (long)cpus - (long)busy - (long)callers;
+    /* A node's pool: a poster running on another node's CPU does not take
+     * one of this node's. */
+    long local_callers = callers;
+    if (p->ncpus) {
+        int cpu = sched_getcpu();
+        if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &p->cpus)) local_callers--;
+    }
+    long free_cpus = (long)cpus - (long)busy - local_callers;
     long share = free_cpus > 0 ? free_cpus / (long)callers : 0;
     return share < (long)helpers ? (unsigned)share : helpers;
 }

@@ -70,6 +70,14 @@ static const char *check_current_test = "";
     } while (0)
 
 /* Stops the program when a fixture cannot be set up. */
+#define REQUIRE(cond)                                                                    \
+    do {                                                                                 \
+        if (!(cond)) {                                                                   \
+            fprintf(stderr, "%s:%d: %s does not hold\n", __FILE__, __LINE__, #cond);     \
+            exit(1);                                                                     \
+        }                                                                                \
+    } while (0)
+
 #define REQUIRE_OK(call)                                                                 \
     do {                                                                                 \
         pinstage_status got_ = (call);                                                   \
