@@ -772,6 +772,9 @@ PINSTAGE_API pinstage_status pinstage_ring_get_placement(const pinstage_ring *ri
  * or the host has one node. INVALID_VALUE for a negative device or a NULL
  * node; CUDA_ERROR_INVALID_DEVICE for one that does not exist. */
 PINSTAGE_API pinstage_status pinstage_device_numa_node(int device, int *node);
+/* NUMA nodes of this host (sysfs: the highest online node + 1); 1 where not
+ * known. Makes no driver call. */
+PINSTAGE_API int pinstage_numa_node_count(void);
 
 /* ---- Routes, the copy engine and machine profiles ------------------------ */
 

@@ -40,6 +40,8 @@ pinstage_status pinstage_device_numa_node(int device, int *node) {
     return PINSTAGE_SUCCESS;
 }
 
+int pinstage_numa_node_count(void) { return ps_numa_node_count(); }
+
 /* The context of `ctx`'s device, asked with ctx current for a moment. */
 static pinstage_status context_device(const ps_driver *d, CUcontext ctx, CUdevice *dev, const char *caller) {
     CUcontext saved = NULL;

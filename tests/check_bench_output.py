@@ -155,6 +155,27 @@ def main():
         for bad in (["--soak", "1"], ["--soak", "x"], ["--soak-threads", "0"]):
             r = run(bench, env, *common, *bad)
             check(r.returncode == 2, f"{bad} is refused (exit {r.returncode})")
+        # --devices: each device alone and together, NUMA nodes, the bound named.
+        devices_env = dict(fast, PINSTAGE_EMU_DEVICES="2", PINSTAGE_EMU_NUMA="0,0")
+        r = run(bench, devices_env, "--emulate", "--driver", emu, "--devices", "all", "--sizes", "256K",
+                "--budget", "0.05", "--format", "json", "--quiet")
+        check(r.returncode == 0, f"--devices exit {r.returncode}: {r.stderr}")
+        doc = json.loads(r.stdout) if r.returncode == 0 else {"results": [], "devices": []}
+        check(doc.get("schema") == "pinstage-bench-devices/1", "devices schema name")
+        check([d["device"] for d in doc["devices"]] == [0, 1], "devices: both measured")
+        check(all(d["gpu_node"] == 0 for d in doc["devices"]), "devices: the GPU's node from the driver")
+        check(doc.get("host_copy_gbps", 0) > 0, "devices: the host memcpy ceiling")
+        check({(x["direction"], x["path"]) for x in doc["results"]} ==
+              {("h2d", "floor"), ("h2d", "auto"), ("d2h", "floor"), ("d2h", "auto")}, "devices: every row")
+        for x in doc["results"]:
+            check(len(x["alone_gbps"]) == 2 and all(v > 0 for v in x["alone_gbps"] + x["together_gbps"]),
+                  f"devices: figures of {x['direction']} {x['path']}")
+            check(abs(x["sum_alone_gbps"] - sum(x["alone_gbps"])) < 0.01, "devices: the sum of the single figures")
+            check(x["bound"] in ("sum of each device alone", "host memcpy ceiling"), "devices: the bound named")
+            check(abs(x["aggregate_over_bound"] - x["aggregate_gbps"] / x["bound_gbps"]) < 0.01, "devices: ratio")
+        for bad in (["--devices", "7"], ["--devices", "x"]):
+            r = run(bench, devices_env, "--emulate", "--driver", emu, *bad)
+            check(r.returncode == 2, f"{bad} is refused (exit {r.returncode})")
         # --conditions: every condition, its rows' fields, the fresh processes' bounds.
         r = run(bench, fast, "--emulate", "--driver", emu, "--conditions", "--processes", "2", "--sizes", "150528,1M",
                 "--sweep", "4K:8K", "--format", "json", "--quiet")

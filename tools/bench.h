@@ -181,6 +181,17 @@ int bench_conditions(const conditions_options *o, const bench_context *ctx, FILE
 /* One fresh process's part (--conditions-child N): rows on stdout. */
 int bench_conditions_child(const conditions_options *o, unsigned process);
 
+/* --devices LIST: every GPU alone, then all at once (bench_devices.c). */
+typedef struct devices_options {
+    int devices[16];
+    size_t ndevices;
+    size_t sizes[8];
+    size_t nsizes;
+    double seconds; /* each run */
+    int quiet;
+} devices_options;
+int bench_devices(const devices_options *o, const bench_context *ctx, FILE *text, FILE *json);
+
 /* --trace FILE: summarizes a PINSTAGE_TRACE file (bench_trace.c). */
 int bench_trace_summary(const char *path, FILE *out);
 

@@ -44,6 +44,12 @@ static const char usage[] =
     "  --load KIND        with the path table: cpu (arithmetic on all CPUs but 4) or memory (4\n"
     "                     threads streaming memcpy) in this process while it measures\n"
     "  --trace FILE       no benchmark: summarize the timeline a run with PINSTAGE_TRACE=FILE wrote\n"
+    "  --devices LIST     no path table: all, or device numbers (0,1): each GPU alone, then all at\n"
+    "                     once, one thread, bound buffer and stream each; floor and auto at --sizes\n"
+    "                     (default 4.7M,64M), both directions; aggregate GB/s beside the sum of the\n"
+    "                     single-GPU figures and the host's memcpy ceiling; NUMA nodes of each GPU,\n"
+    "                     its pinned memory and its copy threads; remote placement where the host\n"
+    "                     has several nodes; --budget S: seconds per run (default 1)\n"
     "  --soak N           no path table: N transfers of mixed shapes, directions and calls on\n"
     "                     several threads, every byte verified; errors, mismatches, RSS and\n"
     "                     pinned bytes at 10% and at the end (exit 1 on any error or mismatch)\n"
@@ -187,7 +193,7 @@ enum {
     OPT_SIZES = 256, OPT_SWEEP, OPT_DIRECTION, OPT_PATHS, OPT_ENGINE, OPT_PROFILE, OPT_CALIBRATE, OPT_THOROUGH,
     OPT_PIPELINE, OPT_FILL, OPT_FRAMES, OPT_RING_SLOTS, OPT_CONDITIONS, OPT_PROCESSES, OPT_CONDITIONS_CHILD,
     OPT_TRACE, OPT_SOAK, OPT_SOAK_THREADS, OPT_POOL_THREADS, OPT_SCHED, OPT_HOST_ALLOC, OPT_REPS, OPT_WARMUP,
-    OPT_BUDGET, OPT_DEVICE, OPT_FORMAT, OPT_JSON, OPT_EMULATE, OPT_DRIVER, OPT_QUIET, OPT_LOAD, OPT_COLD
+    OPT_BUDGET, OPT_DEVICE, OPT_FORMAT, OPT_JSON, OPT_EMULATE, OPT_DRIVER, OPT_QUIET, OPT_LOAD, OPT_COLD, OPT_DEVICES
 };
 
 static const struct option options[] = {
@@ -224,6 +230,7 @@ static const struct option options[] = {
     {"quiet", no_argument, NULL, OPT_QUIET},
     {"load", required_argument, NULL, OPT_LOAD},
     {"cold", no_argument, NULL, OPT_COLD},
+    {"devices", required_argument, NULL, OPT_DEVICES},
     {NULL, 0, NULL, 0},
 };
 
@@ -265,6 +272,10 @@ static int pipeline_mode(void *arg, const bench_context *ctx, FILE *text, FILE *
 
 static int conditions_mode(void *arg, const bench_context *ctx, FILE *text, FILE *json) {
     return bench_conditions(arg, ctx, text, json);
+}
+
+static int devices_mode(void *arg, const bench_context *ctx, FILE *text, FILE *json) {
+    return bench_devices(arg, ctx, text, json);
 }
 
 /* The path table: every chosen size, direction and path. */
@@ -367,6 +378,8 @@ int main(int argc, char **argv) {
     const char *paths_arg = NULL, *output = NULL, *json_output = NULL, *driver = NULL, *trace_path = NULL;
     const char *profile_path = NULL, *calibrate_path = NULL;
     int thorough = 0, sched = -1, pipeline = 0, conditions = 0, load_kind = BENCH_LOAD_NONE, cold = 0;
+    int budget_given = 0;
+    const char *devices_arg = NULL;
     long child = -1;
     unsigned long soak = 0, processes = 10, n;
     unsigned soak_threads = 4;
@@ -428,6 +441,7 @@ int main(int argc, char **argv) {
             break;
         case OPT_BUDGET:
             if (parse_seconds(v, &o.budget_s)) return bench_fail("--budget takes seconds, e.g. 2 or 0.5");
+            budget_given = 1;
             break;
         case OPT_DEVICE:
             if (parse_count(v, &n) || n > 1024) return bench_fail("--device takes a device number");
@@ -534,6 +548,9 @@ int main(int argc, char **argv) {
             break;
         case OPT_COLD:
             cold = 1;
+            break;
+        case OPT_DEVICES:
+            devices_arg = v;
             break;
         case OPT_LOAD:
             if ((load_kind = pick(v, load_names, 3)) < 0) return bench_fail("--load takes cpu or memory");
@@ -684,6 +701,31 @@ int main(int argc, char **argv) {
         co.nchild_args = k;
         rc = child >= 0 ? bench_conditions_child(&co, (unsigned)child)
                         : run_mode(conditions_mode, &co, &ctx, format, output, json_output);
+    } else if (devices_arg) {
+        devices_options d;
+        memset(&d, 0, sizeof d);
+        d.seconds = budget_given ? o.budget_s : 1.0;
+        d.quiet = o.quiet;
+        int count = 0;
+        if ((s = pinstage_device_count(&count))) return bench_driver_fail("device count", s);
+        if (!strcmp(devices_arg, "all")) {
+            for (int i = 0; i < count && d.ndevices < 16; i++) d.devices[d.ndevices++] = i;
+        } else {
+            char copy[256];
+            snprintf(copy, sizeof copy, "%s", devices_arg);
+            for (char *save = NULL, *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                if (parse_count(t, &n) || (long)n >= count || d.ndevices == 16)
+                    return bench_fail("--devices takes all, or up to 16 device numbers the driver has (0,1)");
+                d.devices[d.ndevices++] = (int)n;
+            }
+        }
+        if (!d.ndevices) return bench_fail("--devices: no device");
+        for (size_t i = 0; i < nsizes && i < 8; i++) d.sizes[d.nsizes++] = sizes[i].bytes;
+        if (!d.nsizes) {
+            d.sizes[d.nsizes++] = 640 * 640 * 3 * 4;
+            d.sizes[d.nsizes++] = (size_t)64 << 20;
+        }
+        rc = run_mode(devices_mode, &d, &ctx, format, output, json_output);
     } else if (soak) {
         soak_args a = {soak, soak_threads, device};
         rc = run_mode(soak_mode, &a, &ctx, format, output, json_output);
