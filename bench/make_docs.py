@@ -205,6 +205,49 @@ def soak_section(sk, add):
     add("")
 
 
+def devices_section(dv, add):
+    ctx = dv["context"]
+    devs = dv["devices"]
+    add("## Every GPU at once\n")
+    add(f"Command: `{command(ctx)}` (a run of `scripts/gpu-check`, {ctx['date']}, pinstage {ctx['library_version']}).")
+    add("One thread per GPU, each with its own buffer bound to its GPU (`pinstage_buffer_bind`), stream, device")
+    add("memory and pageable host memory; calls back to back for "
+        f"{dv['seconds_per_run']:g} s per run, GB/s = bytes moved / time from the first call to the last return.")
+    add("`floor` is the buffer's pinned memory straight to or from the GPU (upload_with with nothing to fill,")
+    add("download_into); `auto` is upload / download of the pageable memory. Each GPU alone, then all at once;")
+    add("the aggregate is compared with the sum of the single-GPU figures, or for `auto` (one host copy per byte)")
+    add(f"with the host's memcpy ceiling where that is lower ({dv['host_copy_gbps']:.1f} GB/s on "
+        f"{dv['host_copy_threads']} threads in this run). \"Other\": "
+        + ("memory and copy threads on the next NUMA node after the GPU's (remote)."
+           if dv["other_placement"] == "remote node" else
+           "node 0 asked for explicitly, so the pinned memory is mapped, placed and registered with "
+           "`cuMemHostRegister` rather than taken from `cuMemAllocHost`: what placement itself costs.") + "\n")
+    add(f"Host NUMA nodes: {dv['host_numa_nodes']}.\n")
+    add("| GPU | name | PCI | its NUMA node | pinned memory placed on | pages found on (move_pages) | copy threads on |")
+    add("|---:|---|---|---:|---:|---:|---:|")
+    for d in devs:
+        add(f"| {d['device']} | {d['name']} | {d['pci_bus_id']} | {d['gpu_node']} | {d['memory_node']} | "
+            f"{d['memory_found']} | {d['worker_node']} |")
+    add("\n(-1: no placement, or any CPU of the process.)\n")
+    add("| transfer | path | " + " | ".join(f"GPU {d['device']} alone" for d in devs) + " | "
+        + " | ".join(f"GPU {d['device']} together" for d in devs) + " | "
+        + " | ".join(f"GPU {d['device']} other" for d in devs) + " | sum alone | aggregate | bound | aggregate / bound |")
+    add("|---|---|" + "---:|" * (3 * len(devs) + 4))
+    for x in dv["results"]:
+        other = ["-" if v is None else f"{v:.1f}" for v in x["other_gbps"]]
+        add(f"| {x['direction'].upper()} {human(x['bytes'])} | {x['path']} | "
+            + " | ".join(f"{v:.1f}" for v in x["alone_gbps"]) + " | "
+            + " | ".join(f"{v:.1f}" for v in x["together_gbps"]) + " | " + " | ".join(other) + " | "
+            f"{x['sum_alone_gbps']:.1f} | {x['aggregate_gbps']:.1f} | {x['bound']} | {x['aggregate_over_bound']:.2f} |")
+    add("\nGB/s (1e9 bytes per second).")
+    if len(devs) < 2:
+        add("This run had one GPU, so \"together\" is that GPU again; the multi-GPU targets (every GPU at once at")
+        add("least 85% of the bound, local placement at least as fast as remote, one GPU of a multi-GPU host within")
+        add("3% of the single-GPU figures) need a host of several GPUs and NUMA nodes and have not been measured.")
+        add("The same command runs them there.")
+    add("")
+
+
 def main():
     folder, out = sys.argv[1:3]
     f = lambda name: f"{folder}/{name}"
@@ -350,6 +393,8 @@ def main():
         pipeline_section(load(f("pipeline.json")), add)
     if os.path.exists(f("soak.json")):
         soak_section(load(f("soak.json")), add)
+    if os.path.exists(f("devices.json")):
+        devices_section(load(f("devices.json")), add)
     add("## Schema of the JSON output\n")
     add("`pinstage-bench --format json` and `bench/peers.py` write one object:")
     add("`schema` (\"pinstage-bench/1\"), `context` (tool, library_version, date, device, compute_capability,")
@@ -372,6 +417,12 @@ def main():
     add("mem-load rows memcpy_gbps (M) and, on auto, bound_us; concurrent rows carry threads, aggregate_gbps,")
     add("bound_gbps, min_thread_gbps and mean_thread_gbps. `peers.py --fresh N` writes the peers' schema with")
     add("condition and process on every row.\n")
+    add("`pinstage-bench --devices LIST --format json` writes `schema` (\"pinstage-bench-devices/1\"), the same")
+    add("`context`, host_numa_nodes, seconds_per_run, other_placement (\"remote node\" or \"node 0, registered\"),")
+    add("host_copy_gbps and host_copy_threads (the memcpy ceiling), `devices` (device, name, pci_bus_id, gpu_node,")
+    add("memory_node, memory_found, worker_node) and `results`, one row per direction x size x path (floor, auto):")
+    add("alone_gbps, alone_median_us, together_gbps and other_gbps (per device, in `devices` order; null where not")
+    add("measured), sum_alone_gbps, aggregate_gbps, bound_gbps, bound (its name) and aggregate_over_bound.\n")
     open(out, "w").write("\n".join(lines) + "\n")
     return 0
 

@@ -161,7 +161,7 @@ extern "C" {
 /* ---- Version ------------------------------------------------------------ */
 
 #define PINSTAGE_VERSION_MAJOR 0
-#define PINSTAGE_VERSION_MINOR 3
+#define PINSTAGE_VERSION_MINOR 4
 #define PINSTAGE_VERSION_PATCH 0
 #define PINSTAGE_VERSION_NUMBER \
     (PINSTAGE_VERSION_MAJOR * 10000 + PINSTAGE_VERSION_MINOR * 100 + PINSTAGE_VERSION_PATCH)
@@ -287,8 +287,8 @@ typedef struct pinstage_device_info {
     int compute_major, compute_minor;
     int multiprocessors;
     int copy_engines;      /* CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT */
-    int numa_node;         /* the host NUMA node the GPU is attached to; -1: not known, or
-                              a host of one node (see pinstage_device_numa_node) */
+    int numa_node;         /* the host NUMA node the GPU is attached to; -1: not known
+                              (see pinstage_device_numa_node) */
 } pinstage_device_info;
 
 PINSTAGE_API pinstage_status pinstage_device_get_info(int device, pinstage_device_info *info);
@@ -754,7 +754,7 @@ PINSTAGE_API pinstage_status pinstage_ring_bind(pinstage_ring *ring, const pinst
 /* Where a buffer's or ring's memory and threads are. */
 typedef struct pinstage_placement {
     int device;       /* the bound device; -1: unbound (the calling thread's context) */
-    int device_node;  /* the node the bound device is attached to; -1: not known, one node, or unbound */
+    int device_node;  /* the node the bound device is attached to; -1: not known, or unbound */
     int memory_node;  /* the node its pinned memory is placed on; -1: not placed */
     int memory_found; /* where the pages of its pinned memory are now, asked of the kernel
                          (move_pages, else get_mempolicy) from a sample of up to 64 pages per
@@ -768,9 +768,10 @@ typedef struct pinstage_placement {
 PINSTAGE_API pinstage_status pinstage_buffer_get_placement(const pinstage_buffer *buf, pinstage_placement *out);
 PINSTAGE_API pinstage_status pinstage_ring_get_placement(const pinstage_ring *ring, pinstage_placement *out);
 
-/* The host NUMA node `device` is attached to (as above), -1 when not known
- * or the host has one node. INVALID_VALUE for a negative device or a NULL
- * node; CUDA_ERROR_INVALID_DEVICE for one that does not exist. */
+/* The host NUMA node `device` is attached to (as above): 0 on a host of one
+ * node, -1 when neither the driver nor sysfs knows (the driver's attribute
+ * is -1 where the kernel has no NUMA). INVALID_VALUE for a negative device
+ * or a NULL node; CUDA_ERROR_INVALID_DEVICE for one that does not exist. */
 PINSTAGE_API pinstage_status pinstage_device_numa_node(int device, int *node);
 /* NUMA nodes of this host (sysfs: the highest online node + 1); 1 where not
  * known. Makes no driver call. */

@@ -103,7 +103,7 @@ file(WRITE ${consumer}/CMakeLists.txt "
 cmake_minimum_required(VERSION 3.25)
 project(consumer C CXX)
 set(CMAKE_CXX_STANDARD 17)
-find_package(pinstage 0.3 REQUIRED)
+find_package(pinstage 0.4 REQUIRED)
 if(NOT TARGET pinstage::emu OR NOT TARGET pinstage::pinstage OR NOT TARGET pinstage::pinstage_static)
   message(FATAL_ERROR \"the package lacks pinstage::pinstage, pinstage::pinstage_static or pinstage::emu\")
 endif()

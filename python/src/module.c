@@ -87,10 +87,12 @@ static PyStructSequence_Field driver_info_fields[] = {
     {NULL, NULL}};
 static PyStructSequence_Field device_info_fields[] = {
     {"name", NULL}, {"pci_bus_id", NULL}, {"compute_capability", "(major, minor)"}, {"multiprocessors", NULL},
-    {"copy_engines", NULL}, {NULL, NULL}};
+    {"copy_engines", NULL}, {"numa_node", "the host NUMA node the GPU is attached to; -1: not known"},
+    {NULL, NULL}};
 static PyStructSequence_Field pool_info_fields[] = {
     {"workers", "configured"}, {"running", "started threads"}, {"parked", "of those, parked now"},
-    {"spin_us", "how long an idle worker spins before it parks"}, {NULL, NULL}};
+    {"spin_us", "how long an idle worker spins before it parks"},
+    {"pools", "NUMA nodes' pools made so far, besides the process-wide one"}, {NULL, NULL}};
 static PyStructSequence_Field route_info_fields[] = {
     {"adaptive", "adaptation is on, process-wide"},
     {"chosen", "ADAPT_PROFILE, ADAPT_PAGEABLE or ADAPT_STAGING"},
@@ -178,8 +180,8 @@ static PyObject *fn_device_info(PyObject *m, PyObject *args) {
     pinstage_device_info info;
     pinstage_status s = pinstage_device_get_info(device, &info);
     if (s) return pspy_raise(s);
-    return filled(DeviceInfoType, "(ss(ii)ii)", info.name, info.pci_bus_id, info.compute_major, info.compute_minor,
-                  info.multiprocessors, info.copy_engines);
+    return filled(DeviceInfoType, "(ss(ii)iii)", info.name, info.pci_bus_id, info.compute_major, info.compute_minor,
+                  info.multiprocessors, info.copy_engines, info.numa_node);
 }
 
 static PyObject *fn_context_init(PyObject *m, PyObject *args) {
@@ -271,7 +273,7 @@ static PyObject *fn_pool_info(PyObject *m, PyObject *unused) {
     (void)m, (void)unused;
     pinstage_pool_info info;
     pinstage_pool_get_info(&info);
-    return filled(PoolInfoType, "(IIII)", info.workers, info.running, info.parked, info.spin_us);
+    return filled(PoolInfoType, "(IIIII)", info.workers, info.running, info.parked, info.spin_us, info.pools);
 }
 
 static PyObject *fn_set_adaptive(PyObject *m, PyObject *arg) {

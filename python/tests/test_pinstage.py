@@ -84,6 +84,10 @@ class ModuleTest(unittest.TestCase):
         self.assertEqual(len(dev.compute_capability), 2)
         self.assertGreater(dev.multiprocessors, 0)
         self.assertRegex(dev.pci_bus_id, r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9]$")
+        self.assertIsInstance(dev.numa_node, int)
+        self.assertGreaterEqual(dev.numa_node, -1)
+        if info.emulated:
+            self.assertEqual(dev.numa_node, -1)  # no PINSTAGE_EMU_NUMA: the attribute is unknown
         with self.assertRaises(pinstage.Error) as e:
             pinstage.device_info(10_000)
         self.assertEqual(e.exception.name, pinstage.status_name(e.exception.status))
@@ -98,6 +102,7 @@ class ModuleTest(unittest.TestCase):
     def test_pool_pinned_adaptive(self):
         pinstage.pool_set_threads(2)
         self.assertEqual(pinstage.pool_info().workers, 2)
+        self.assertEqual(pinstage.pool_info().pools, 0)  # no object placed on a node
         pinstage.pool_set_threads(None)
         pinstage.pool_set_spin_us(150)
         self.assertEqual(pinstage.pool_info().spin_us, 150)
