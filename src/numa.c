@@ -158,6 +158,10 @@ void *ps_numa_map(size_t bytes, int node, ps_placed_by *how) {
     *how = PS_PLACED_NONE;
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return NULL;
+    /* A child of fork() must not share these pages copy-on-write: a write
+     * here afterwards could move the parent's page away from the one the
+     * device DMAs to (kernels before 5.8). The child has no context anyway. */
+    madvise(p, bytes, MADV_DONTFORK);
     if (node >= 0 && node < PS_NUMA_MAX_NODES) {
         unsigned long mask[PS_NUMA_MAX_NODES / (8 * sizeof(unsigned long))] = {0};
         mask[node / (8 * sizeof(unsigned long))] = 1ul << (node % (8 * sizeof(unsigned long)));
