@@ -250,12 +250,16 @@ static void run_ops(model *m, input *in) {
                 free(d->expect), d->expect = NULL;
             }
             break;
-        case 12: /* a new buffer, the old one freed */
+        case 12: { /* a new buffer, the old one freed; unbound, bound, or bound with its memory placed */
             s = pinstage_buffer_free(m->buf);
             if (!armed) ASSERT(s == PINSTAGE_SUCCESS);
             ASSERT(pinstage_buffer_create(&m->buf) == PINSTAGE_SUCCESS);
             memset(&m->stats, 0, sizeof m->stats);
+            unsigned how = take(in) % 3;
+            pinstage_binding b = {0, NULL, how == 1 ? PINSTAGE_NUMA_DEVICE : 0};
+            if (how) ASSERT(pinstage_buffer_bind(m->buf, &b) == PINSTAGE_SUCCESS);
             break;
+        }
         }
         emu.clear_faults();
     }
@@ -302,6 +306,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ASSERT(pinstage_pinned_retry_releases() == PINSTAGE_SUCCESS);
     emu.get_live(&after);
     ASSERT(after.pinned_allocations == before.pinned_allocations);
+    ASSERT(after.registered_ranges == before.registered_ranges);
     ASSERT(after.device_allocations == before.device_allocations);
     ASSERT(after.events == before.events);
     ASSERT(after.streams == before.streams);
