@@ -413,8 +413,10 @@ PINSTAGE_API pinstage_status pinstage_buffer_create_with_capacity(pinstage_buffe
  * comes back with the message naming cuMemFreeHost, and the block is
  * orphaned: kept, counted in pinstage_get_pinned_usage, and released by the
  * next pinned allocation or pinstage_pinned_retry_releases. A refused
- * cuEventDestroy is returned likewise. NOT_PERMITTED (nothing freed) from
- * the buffer's own fill callback. */
+ * cuEventDestroy is returned likewise. A bound buffer makes its own context
+ * current for these releases (placed memory is released with
+ * cuMemHostUnregister), and gives up its retain of the primary context
+ * last. NOT_PERMITTED (nothing freed) from the buffer's own fill callback. */
 PINSTAGE_API pinstage_status pinstage_buffer_free(pinstage_buffer *buf);
 
 /* Pinned capacity in bytes (0 before first use and after shrink_to_fit). */
@@ -893,7 +895,9 @@ PINSTAGE_API pinstage_status pinstage_buffer_set_profile(pinstage_buffer *buf, c
  * Adaptation applies to buffers that follow a measured or the built-in
  * profile with no threshold set (PINSTAGE_AUTO_STAGE_PROFILE); a fixed
  * profile or an explicit threshold means what it says. The estimates are
- * process-wide, as load is. For reproducible timing turn it off:
+ * process-wide, as load is: buffers bound to different devices share them,
+ * and while transfers run on several threads at once no estimate changes
+ * and no route is probed. For reproducible timing turn it off:
  * pinstage_set_adaptive(0), PINSTAGE_ADAPTIVE=0 in the environment, or per
  * buffer pinstage_buffer_set_adaptive(buf, 0). */
 
