@@ -14,7 +14,10 @@ typedef struct {
     pspy_lock lock;
     pspy_views views;
     PyObject *profile; /* the pinstage.Profile set, or NULL */
-    int device;        /* for a context when the call has no device memory */
+    int device;        /* for a context when the call has no device memory; the bound one */
+    int bound;         /* bound to `device` (pinstage_buffer_bind) */
+    void *saved;       /* a bound buffer's call: the caller's context, given back at its end */
+    int pushed;
     int strict, adaptive;
 } PsPy_Buffer;
 
@@ -23,23 +26,37 @@ static PyObject *closed(const char *what) {
     return NULL;
 }
 
-/* Takes the lock and ends the views: the pinned memory is the call's. */
+/* Ends a call: the caller's context back (a bound buffer's call), the lock. */
+static void give(PsPy_Buffer *self) {
+    if (self->pushed) pspy_context_pop(self->saved);
+    self->pushed = 0;
+    pspy_lock_give(&self->lock);
+}
+
+/* Takes the lock and ends the views: the pinned memory is the call's. A
+ * bound buffer's call runs in its device's context, so the objects given
+ * are resolved and checked against that device. */
 static int begin(PsPy_Buffer *self, const char *what) {
     if (!self->buf) return closed(what), -1;
     if (pspy_lock_take(&self->lock, what) < 0) return -1;
     if (!self->buf) {
-        pspy_lock_give(&self->lock);
+        give(self);
         return closed(what), -1;
     }
     if (pspy_views_end(&self->views, what) < 0) {
-        pspy_lock_give(&self->lock);
+        give(self);
         return -1;
     }
+    if (self->bound && pspy_context_push(self->device, &self->saved) < 0) {
+        give(self);
+        return -1;
+    }
+    self->pushed = self->bound;
     return 0;
 }
 
 static PyObject *end(PsPy_Buffer *self, pinstage_status s) {
-    pspy_lock_give(&self->lock);
+    give(self);
     if (s) return pspy_raise(s);
     Py_RETURN_NONE;
 }
@@ -47,13 +64,19 @@ static PyObject *end(PsPy_Buffer *self, pinstage_status s) {
 /* ---- Life ------------------------------------------------------------------------------- */
 
 static int Buffer_init(PsPy_Buffer *self, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"capacity", "threshold", "profile", "strict", "adaptive", "device", NULL};
+    static char *names[] = {"capacity", "threshold", "profile", "strict", "adaptive", "device", "numa_node", NULL};
     Py_ssize_t capacity = 0;
-    PyObject *threshold = Py_None, *profile = Py_None;
+    PyObject *threshold = Py_None, *profile = Py_None, *numa_node = Py_None;
     int strict = 0, adaptive = 1, device = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|n$OOppi:Buffer", names, &capacity, &threshold, &profile,
-                                     &strict, &adaptive, &device))
+    pinstage_binding binding;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|n$OOppiO:Buffer", names, &capacity, &threshold, &profile,
+                                     &strict, &adaptive, &device, &numa_node))
         return -1;
+    if (device < 0 && numa_node != Py_None) {
+        PyErr_SetString(PyExc_ValueError, "numa_node is for a Buffer bound to a device: give device= too");
+        return -1;
+    }
+    if (device >= 0 && pspy_binding(device, numa_node, &binding) < 0) return -1;
     if (capacity < 0) {
         PyErr_SetString(PyExc_ValueError, "capacity must be 0 or more bytes");
         return -1;
@@ -66,6 +89,14 @@ static int Buffer_init(PsPy_Buffer *self, PyObject *args, PyObject *kwargs) {
     self->device = device;
     pinstage_status s = pinstage_buffer_create(&self->buf);
     if (s) return pspy_raise(s), -1;
+    /* Bound: its context around each of its calls, its memory and copy
+     * threads on its GPU's NUMA node. */
+    if (device >= 0 && (s = pinstage_buffer_bind(self->buf, &binding))) {
+        pinstage_buffer_free(self->buf);
+        self->buf = NULL;
+        return pspy_raise(s), -1;
+    }
+    self->bound = device >= 0;
     self->strict = strict;
     self->adaptive = adaptive;
     pinstage_buffer_set_strict(self->buf, strict);
@@ -134,7 +165,7 @@ static PyObject *Buffer_reserve(PsPy_Buffer *self, PyObject *arg) {
     }
     if (begin(self, "reserve") < 0) return NULL;
     if (pspy_context(self->device) < 0) {
-        pspy_lock_give(&self->lock);
+        give(self);
         return NULL;
     }
     pinstage_status s;
@@ -147,7 +178,7 @@ static PyObject *Buffer_shrink_to_fit(PsPy_Buffer *self, PyObject *unused) {
     (void)unused;
     if (begin(self, "shrink_to_fit") < 0) return NULL;
     if (pinstage_buffer_capacity(self->buf) && pspy_context(self->device) < 0) {
-        pspy_lock_give(&self->lock);
+        give(self);
         return NULL;
     }
     pinstage_status s;
@@ -175,6 +206,14 @@ static PyObject *Buffer_stats(PsPy_Buffer *self, PyObject *unused) {
         PyStructSequence_SET_ITEM(r, i, x);
     }
     return r;
+}
+
+static PyObject *Buffer_placement(PsPy_Buffer *self, PyObject *unused) {
+    (void)unused;
+    if (!self->buf) return closed("placement");
+    pinstage_placement where;
+    pinstage_status s = pinstage_buffer_get_placement(self->buf, &where);
+    return s ? pspy_raise(s) : pspy_placement_new(&where);
 }
 
 static PyObject *Buffer_get_capacity(PsPy_Buffer *self, void *c) {
@@ -302,7 +341,7 @@ static PyObject *Buffer_upload(PsPy_Buffer *self, PyObject *const *args, Py_ssiz
     transfer t;
     if (pspy_args("upload", args, nargs, kwnames, names, 2, a) < 0 || begin(self, "upload") < 0) return NULL;
     if (transfer_get(&t, a[0], 1, "dst", a[1], 0, "src", a[2]) < 0) {
-        pspy_lock_give(&self->lock);
+        give(self);
         return NULL;
     }
     pinstage_status s;
@@ -318,7 +357,7 @@ static PyObject *Buffer_download(PsPy_Buffer *self, PyObject *const *args, Py_ss
     transfer t;
     if (pspy_args("download", args, nargs, kwnames, names, 2, a) < 0 || begin(self, "download") < 0) return NULL;
     if (transfer_get(&t, a[1], 0, "src", a[0], 1, "dst", a[2]) < 0) {
-        pspy_lock_give(&self->lock);
+        give(self);
         return NULL;
     }
     pinstage_status s;
@@ -341,7 +380,7 @@ static PyObject *Buffer_upload_with(PsPy_Buffer *self, PyObject *const *args, Py
     }
     if (begin(self, "upload_with") < 0) return NULL;
     if (transfer_get(&t, a[0], 1, "dst", NULL, 0, NULL, a[2]) < 0) {
-        pspy_lock_give(&self->lock);
+        give(self);
         return NULL;
     }
     pspy_fill_call f = {(PyObject *)self, a[1], &self->views, &t.device, NULL, NULL, NULL};
@@ -349,7 +388,7 @@ static PyObject *Buffer_upload_with(PsPy_Buffer *self, PyObject *const *args, Py
     Py_BEGIN_ALLOW_THREADS s = pinstage_buffer_upload_with(self->buf, t.devbuf, t.device.nbytes, t.stream, pspy_call_fill, &f);
     Py_END_ALLOW_THREADS
     transfer_release(&t);
-    pspy_lock_give(&self->lock);
+    give(self);
     if (f.error_type) {
         /* The fill's exception wins: the copy went ahead with what it wrote. */
         PyErr_Restore(f.error_type, f.error_value, f.error_traceback);
@@ -367,7 +406,7 @@ static PyObject *Buffer_download_into(PsPy_Buffer *self, PyObject *const *args, 
     if (pspy_args("download_into", args, nargs, kwnames, names, 1, a) < 0 || begin(self, "download_into") < 0)
         return NULL;
     if (transfer_get(&t, a[0], 0, "src", NULL, 0, NULL, a[1]) < 0) {
-        pspy_lock_give(&self->lock);
+        give(self);
         return NULL;
     }
     const void *pinned = NULL;
@@ -377,7 +416,7 @@ static PyObject *Buffer_download_into(PsPy_Buffer *self, PyObject *const *args, 
     PyObject *view = NULL;
     if (!s) view = pspy_view_new(&self->views, (PyObject *)self, (void *)pinned, t.device.nbytes, &t.device, 1);
     transfer_release(&t);
-    pspy_lock_give(&self->lock);
+    give(self);
     if (s) return pspy_raise(s);
     return view;
 }
@@ -405,7 +444,7 @@ static PyObject *Buffer_c_loop(PsPy_Buffer *self, PyObject *args) {
     int with_host = kind < 2;
     if (transfer_get(&t, device, kind != 1 && kind != 3, "device", with_host ? host : NULL, kind == 1, "host",
                      stream_obj) < 0) {
-        pspy_lock_give(&self->lock);
+        give(self);
         return NULL;
     }
     double *us = PyMem_Malloc((size_t)count * sizeof *us);
@@ -423,7 +462,7 @@ static PyObject *Buffer_c_loop(PsPy_Buffer *self, PyObject *args) {
     }
     Py_END_ALLOW_THREADS
     transfer_release(&t);
-    pspy_lock_give(&self->lock);
+    give(self);
     PyObject *list = NULL;
     if (!s && (list = PyList_New(count)))
         for (int i = 0; i < count; i++) PyList_SET_ITEM(list, i, PyFloat_FromDouble(us[i]));
@@ -471,6 +510,10 @@ static PyMethodDef Buffer_methods[] = {
      "shrink_to_fit()\n--\n\nReleases the pinned memory (capacity 0); the next transfer pins again."},
     {"stats", (PyCFunction)Buffer_stats, METH_NOARGS,
      "stats() -> pinstage.Stats\n--\n\nThe buffer's counters (see pinstage_stats in pinstage.h)."},
+    {"placement", (PyCFunction)Buffer_placement, METH_NOARGS,
+     "placement() -> pinstage.Placement\n--\n\nThe device it is bound to, that device's NUMA node, the node its "
+     "pinned memory is placed on and where its pages are (asked of the kernel), the node of its copy threads, "
+     "its pinned bytes (see pinstage_buffer_get_placement)."},
     {"close", (PyCFunction)Buffer_close, METH_NOARGS,
      "close()\n--\n\nReleases the pinned memory and the buffer; later calls raise ValueError. Views still in "
      "use make it raise BufferError. Closing twice is fine."},
@@ -509,10 +552,14 @@ PyTypeObject PsPy_BufferType = {
     .tp_repr = (reprfunc)Buffer_repr,
     .tp_methods = Buffer_methods,
     .tp_getset = Buffer_getset,
-    .tp_doc = "Buffer(capacity=0, *, threshold=None, profile=None, strict=False, adaptive=True, device=-1)\n--\n\n"
+    .tp_doc = "Buffer(capacity=0, *, threshold=None, profile=None, strict=False, adaptive=True, device=-1, "
+              "numa_node=None)\n--\n\n"
               "A staging buffer: one reused, grow-on-demand page-locked host allocation through which uploads "
-              "and downloads go. `capacity` pins that many bytes now; `device` is the device whose context "
-              "is made current when a call has no device memory to say (reserve, close). One buffer may be "
+              "and downloads go. `capacity` pins that many bytes now. With `device` (0 or more) the buffer is "
+              "bound to that GPU (pinstage_buffer_bind): each call runs in its primary context whatever this "
+              "thread's current context is, so it takes that GPU's memory from any thread, and its pinned memory "
+              "and copy threads go on the GPU's NUMA node where the host has several (`numa_node`: None for the "
+              "GPU's, -1 for no placement, or a node); placement() says where they are. One buffer may be "
               "shared by threads: they take turns. Use `with pinstage.Buffer() as buf:` to free it "
               "deterministically.",
 };

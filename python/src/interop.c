@@ -92,6 +92,38 @@ static int make_current(int device) {
     return 0;
 }
 
+int pspy_context_push(int device, void **saved) {
+    if (pspy_driver() < 0) return -1;
+    CUcontext current = NULL;
+    CUresult r = drv->cuCtxGetCurrent(&current);
+    if (r) return raise_driver(r, "cuCtxGetCurrent");
+    if (make_current(device) < 0) return -1;
+    *saved = current;
+    return 0;
+}
+
+void pspy_context_pop(void *saved) {
+    if (drv) drv->cuCtxSetCurrent((CUcontext)saved); /* the call's outcome stands either way */
+}
+
+int pspy_binding(int device, PyObject *numa_node, pinstage_binding *out) {
+    int node = PINSTAGE_NUMA_DEVICE;
+    if (numa_node != Py_None) {
+        long v = PyLong_AsLong(numa_node);
+        if (v == -1 && PyErr_Occurred()) return -1;
+        if (v < -1 || v > 63) {
+            PyErr_Format(PyExc_ValueError, "numa_node must be None (the device's node), -1 (none) or a node below "
+                                           "64; got %ld", v);
+            return -1;
+        }
+        node = (int)v;
+    }
+    out->device = device;
+    out->context = NULL;
+    out->numa_node = node;
+    return 0;
+}
+
 int pspy_context(int device) {
     if (pspy_driver() < 0) return -1;
     CUcontext current = NULL;

@@ -104,6 +104,16 @@ static PyStructSequence_Field route_info_fields[] = {
     {"probes", NULL},
     {NULL, NULL}};
 
+static PyStructSequence_Field placement_fields[] = {
+    {"device", "the device bound; -1: unbound (the calling thread's context)"},
+    {"device_node", "the NUMA node the device is attached to; -1: not known, or unbound"},
+    {"memory_node", "the node its pinned memory is placed on; -1: not placed"},
+    {"memory_found", "where the pages are now, asked of the kernel; -1 nothing pinned or not known, -2 several"},
+    {"worker_node", "the node whose CPUs run its copy threads; -1: any CPU"},
+    {"pinned_bytes", "pinned bytes it holds"},
+    {NULL, NULL}};
+static PyTypeObject *PlacementType;
+
 static PyTypeObject *new_struct(const char *name, const char *doc, PyStructSequence_Field *fields) {
     int n = 0;
     while (fields[n].name) n++;
@@ -118,7 +128,10 @@ int pspy_stats_types_init(void) {
     DeviceInfoType = new_struct("pinstage.DeviceInfo", "A CUDA device.", device_info_fields);
     PoolInfoType = new_struct("pinstage.PoolInfo", "The copy engine's worker pool.", pool_info_fields);
     RouteInfoType = new_struct("pinstage.RouteInfo", "What adaptation knows of a size.", route_info_fields);
-    return PsPy_StatsType && PsPy_RingStatsType && DriverInfoType && DeviceInfoType && PoolInfoType && RouteInfoType
+    PlacementType = new_struct("pinstage.Placement", "Where a Buffer's or Ring's memory and copy threads are.",
+                               placement_fields);
+    return PsPy_StatsType && PsPy_RingStatsType && DriverInfoType && DeviceInfoType && PoolInfoType && RouteInfoType &&
+                   PlacementType
                ? 0
                : -1;
 }
@@ -171,6 +184,11 @@ static PyObject *fn_device_count(PyObject *m, PyObject *unused) {
     pinstage_status s = pinstage_device_count(&count);
     if (s) return pspy_raise(s);
     return PyLong_FromLong(count);
+}
+
+PyObject *pspy_placement_new(const pinstage_placement *p) {
+    return filled(PlacementType, "(iiiiin)", p->device, p->device_node, p->memory_node, p->memory_found,
+                  p->worker_node, (Py_ssize_t)p->pinned_bytes);
 }
 
 static PyObject *fn_device_info(PyObject *m, PyObject *args) {
@@ -413,6 +431,7 @@ PyMODINIT_FUNC PyInit_pinstage(void) {
         PyModule_AddObjectRef(m, "DeviceInfo", (PyObject *)DeviceInfoType) < 0 ||
         PyModule_AddObjectRef(m, "PoolInfo", (PyObject *)PoolInfoType) < 0 ||
         PyModule_AddObjectRef(m, "RouteInfo", (PyObject *)RouteInfoType) < 0 ||
+        PyModule_AddObjectRef(m, "Placement", (PyObject *)PlacementType) < 0 ||
         PyModule_AddStringConstant(m, "__version__", pinstage_version_string()) < 0 ||
         PyModule_AddIntConstant(m, "H2D", PINSTAGE_H2D) < 0 || PyModule_AddIntConstant(m, "D2H", PINSTAGE_D2H) < 0 ||
         PyModule_AddIntConstant(m, "ROUTE_PAGEABLE", PINSTAGE_ROUTE_PAGEABLE) < 0 ||

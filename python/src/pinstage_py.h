@@ -53,6 +53,20 @@ int pspy_context(int device);
 /* The device of the current context, or -1 (no context). */
 int pspy_current_device(void);
 
+/* For a Buffer or Ring bound to `device`: its primary context current for
+ * the whole call (the objects given are resolved and checked in it), the
+ * caller's saved in *saved and given back by pspy_context_pop. Raises and
+ * returns -1 on failure (nothing changed). */
+int pspy_context_push(int device, void **saved);
+void pspy_context_pop(void *saved);
+
+/* A binding from the constructors' `device` and `numa_node` arguments:
+ * numa_node None is the device's node, -1 none, else that node. */
+int pspy_binding(int device, PyObject *numa_node, pinstage_binding *out);
+
+/* A pinstage.Placement from the library's. */
+PyObject *pspy_placement_new(const pinstage_placement *p);
+
 /* ---- Streams -------------------------------------------------------------------------- */
 
 /* None (the legacy default stream), an int handle, an object with

@@ -18,6 +18,9 @@ typedef struct {
     pspy_lock lock;
     pspy_views views;
     int device;
+    int bound;   /* bound to `device` (pinstage_ring_bind) */
+    void *saved; /* a bound ring's call: the caller's context, given back at its end */
+    int pushed;
     pspy_device *keep; /* device memory of recent copies, oldest first */
     Py_ssize_t nkeep, capkeep;
 } PsPy_Ring;
@@ -36,17 +39,31 @@ static PyObject *closed(const char *what) {
     return NULL;
 }
 
+/* Ends a call: the caller's context back (a bound ring's call), the lock. */
+static void give(PsPy_Ring *self) {
+    if (self->pushed) pspy_context_pop(self->saved);
+    self->pushed = 0;
+    pspy_lock_give(&self->lock);
+}
+
+/* Takes the lock (and ends the views); a bound ring's call runs in its
+ * device's context. */
 static int begin(PsPy_Ring *self, const char *what, int ends_views) {
     if (!self->ring) return closed(what), -1;
     if (pspy_lock_take(&self->lock, what) < 0) return -1;
     if (!self->ring) {
-        pspy_lock_give(&self->lock);
+        give(self);
         return closed(what), -1;
     }
     if (ends_views && pspy_views_end(&self->views, what) < 0) {
-        pspy_lock_give(&self->lock);
+        give(self);
         return -1;
     }
+    if (self->bound && pspy_context_push(self->device, &self->saved) < 0) {
+        give(self);
+        return -1;
+    }
+    self->pushed = self->bound;
     return 0;
 }
 
@@ -67,10 +84,18 @@ static void keep(PsPy_Ring *self, pspy_device *d) {
 }
 
 static int Ring_init(PsPy_Ring *self, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"slots", "nonblocking", "device", NULL};
+    static char *names[] = {"slots", "nonblocking", "device", "numa_node", NULL};
     unsigned slots = 4;
     int nonblocking = 0, device = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|I$pi:Ring", names, &slots, &nonblocking, &device)) return -1;
+    PyObject *numa_node = Py_None;
+    pinstage_binding binding;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|I$piO:Ring", names, &slots, &nonblocking, &device, &numa_node))
+        return -1;
+    if (device < 0 && numa_node != Py_None) {
+        PyErr_SetString(PyExc_ValueError, "numa_node is for a Ring bound to a device: give device= too");
+        return -1;
+    }
+    if (device >= 0 && pspy_binding(device, numa_node, &binding) < 0) return -1;
     if (self->ring) {
         PyErr_SetString(PyExc_RuntimeError, "pinstage.Ring is already initialized");
         return -1;
@@ -79,6 +104,12 @@ static int Ring_init(PsPy_Ring *self, PyObject *args, PyObject *kwargs) {
     self->device = device;
     pinstage_status s = pinstage_ring_create(&self->ring, slots, nonblocking ? PINSTAGE_RING_NONBLOCKING : 0);
     if (s) return pspy_raise(s), -1;
+    if (device >= 0 && (s = pinstage_ring_bind(self->ring, &binding))) {
+        pinstage_ring_free(self->ring);
+        self->ring = NULL;
+        return pspy_raise(s), -1;
+    }
+    self->bound = device >= 0;
     self->capkeep = 2 * (Py_ssize_t)slots + 2;
     self->keep = PyMem_Calloc((size_t)self->capkeep, sizeof *self->keep);
     if (!self->keep) return PyErr_NoMemory(), -1;
@@ -107,7 +138,7 @@ static void Ring_dealloc(PsPy_Ring *self) {
 }
 
 static PyObject *finish(PsPy_Ring *self, pinstage_status s) {
-    pspy_lock_give(&self->lock);
+    give(self);
     if (s) return pspy_raise(s);
     Py_RETURN_NONE;
 }
@@ -142,7 +173,7 @@ static PyObject *Ring_reserve(PsPy_Ring *self, PyObject *arg) {
     }
     if (begin(self, "reserve", 1) < 0) return NULL;
     if (pspy_context(self->device) < 0) {
-        pspy_lock_give(&self->lock);
+        give(self);
         return NULL;
     }
     pinstage_status s;
@@ -155,7 +186,7 @@ static PyObject *Ring_synchronize(PsPy_Ring *self, PyObject *unused) {
     (void)unused;
     if (begin(self, "synchronize", 0) < 0) return NULL;
     if (pspy_context(self->device) < 0) {
-        pspy_lock_give(&self->lock);
+        give(self);
         return NULL;
     }
     pinstage_status s;
@@ -163,6 +194,14 @@ static PyObject *Ring_synchronize(PsPy_Ring *self, PyObject *unused) {
     Py_END_ALLOW_THREADS
     if (!s) drop_kept(self);
     return finish(self, s);
+}
+
+static PyObject *Ring_placement(PsPy_Ring *self, PyObject *unused) {
+    (void)unused;
+    if (!self->ring) return closed("placement");
+    pinstage_placement where;
+    pinstage_status s = pinstage_ring_get_placement(self->ring, &where);
+    return s ? pspy_raise(s) : pspy_placement_new(&where);
 }
 
 static PyObject *Ring_stats(PsPy_Ring *self, PyObject *unused) {
@@ -211,14 +250,14 @@ static PyObject *Ring_upload_async(PsPy_Ring *self, PyObject *const *args, Py_ss
     CUstream stream;
     memset(&d, 0, sizeof d);
     if (pspy_host_get(a[1], 0, "src", &h) < 0) {
-        pspy_lock_give(&self->lock);
+        give(self);
         return NULL;
     }
     if (device_get(self, a[0], 1, "dst", a[2], &stream, &d, &devbuf) < 0 || pspy_check_pair(&h, &d, "src", "dst") < 0) {
         pspy_host_release(&h);
         pspy_device_release(&d);
         pinstage_devbuf_free(devbuf);
-        pspy_lock_give(&self->lock);
+        give(self);
         return NULL;
     }
     pinstage_status s;
@@ -248,7 +287,7 @@ static PyObject *Ring_upload_with_async(PsPy_Ring *self, PyObject *const *args, 
     CUstream stream;
     memset(&d, 0, sizeof d);
     if (device_get(self, a[0], 1, "dst", a[2], &stream, &d, &devbuf) < 0) {
-        pspy_lock_give(&self->lock);
+        give(self);
         return NULL;
     }
     pspy_fill_call f = {(PyObject *)self, a[1], &self->views, &d, NULL, NULL, NULL};
@@ -260,7 +299,7 @@ static PyObject *Ring_upload_with_async(PsPy_Ring *self, PyObject *const *args, 
         keep(self, &d);
     else
         pspy_device_release(&d);
-    pspy_lock_give(&self->lock);
+    give(self);
     if (f.error_type) {
         PyErr_Restore(f.error_type, f.error_value, f.error_traceback);
         return NULL;
@@ -279,14 +318,14 @@ static PyObject *Ring_download_async(PsPy_Ring *self, PyObject *const *args, Py_
     CUstream stream;
     memset(&d, 0, sizeof d);
     if (device_get(self, a[0], 0, "src", a[1], &stream, &d, &devbuf) < 0) {
-        pspy_lock_give(&self->lock);
+        give(self);
         return NULL;
     }
     PsPy_Ticket *t = PyObject_New(PsPy_Ticket, &PsPy_TicketType);
     if (!t) {
         pinstage_devbuf_free(devbuf);
         pspy_device_release(&d);
-        pspy_lock_give(&self->lock);
+        give(self);
         return NULL;
     }
     t->ring = (PsPy_Ring *)Py_NewRef(self);
@@ -306,7 +345,7 @@ static PyObject *Ring_download_async(PsPy_Ring *self, PyObject *const *args, Py_
     } else {
         pspy_device_release(&d);
     }
-    pspy_lock_give(&self->lock);
+    give(self);
     if (s) {
         Py_DECREF(t);
         return pspy_raise(s);
@@ -337,6 +376,8 @@ static PyMethodDef Ring_methods[] = {
     {"reserve", (PyCFunction)Ring_reserve, METH_O,
      "reserve(nbytes)\n--\n\nEvery slot holds at least nbytes of pinned memory (grow-only)."},
     {"stats", (PyCFunction)Ring_stats, METH_NOARGS, "stats() -> pinstage.RingStats\n--\n\nThe ring's counters."},
+    {"placement", (PyCFunction)Ring_placement, METH_NOARGS,
+     "placement() -> pinstage.Placement\n--\n\nAs Buffer.placement, over the ring's slots."},
     {"close", (PyCFunction)Ring_close, METH_NOARGS,
      "close()\n--\n\nWaits for every copy, then frees the slots; uncollected downloads are discarded."},
     {"__enter__", Ring_enter, METH_NOARGS, NULL},
@@ -353,11 +394,12 @@ PyTypeObject PsPy_RingType = {
     .tp_dealloc = (destructor)Ring_dealloc,
     .tp_repr = (reprfunc)Ring_repr,
     .tp_methods = Ring_methods,
-    .tp_doc = "Ring(slots=4, *, nonblocking=False, device=-1)\n--\n\n"
+    .tp_doc = "Ring(slots=4, *, nonblocking=False, device=-1, numa_node=None)\n--\n\n"
               "The asynchronous ring: uploads and downloads that return before their copies land, through "
               "`slots` pinned slots each reused only once its copy has. With nonblocking=True an upload whose "
               "slot is busy raises pinstage.Error (CUDA_ERROR_NOT_READY) instead of waiting. A view a Ticket "
-              "returns is valid until the ring's next enqueue (collect, use, then enqueue the next).",
+              "returns is valid until the ring's next enqueue (collect, use, then enqueue the next). `device` "
+              "and `numa_node` bind it to a GPU as for a Buffer.",
 };
 
 /* ---- Tickets -------------------------------------------------------------------------------- */
@@ -372,7 +414,7 @@ static PyObject *collect(PsPy_Ticket *self, int wait) {
     }
     if (begin(ring, what, 0) < 0) return NULL;
     if (pspy_context(ring->device) < 0) {
-        pspy_lock_give(&ring->lock);
+        give(ring);
         return NULL;
     }
     const void *pinned = NULL;
@@ -391,7 +433,7 @@ static PyObject *collect(PsPy_Ticket *self, int wait) {
     } else if (s != PINSTAGE_ERROR_NOT_READY) {
         self->ended = 1; /* a failed download ends its ticket */
     }
-    pspy_lock_give(&ring->lock);
+    give(ring);
     if (s == PINSTAGE_ERROR_NOT_READY && !wait) Py_RETURN_NONE;
     if (s) return pspy_raise(s);
     return view;
@@ -424,7 +466,7 @@ static PyObject *Ticket_release(PsPy_Ticket *self, PyObject *unused) {
     }
     pinstage_status s = pinstage_ring_release(ring->ring, self->id);
     self->ended = 1;
-    pspy_lock_give(&ring->lock);
+    give(ring);
     /* A ticket the ring no longer knows (its slot went to a later copy) is
      * ended already. */
     if (s && s != PINSTAGE_ERROR_INVALID_VALUE) return pspy_raise(s);
@@ -436,7 +478,7 @@ static void Ticket_dealloc(PsPy_Ticket *self) {
     if (!self->ended && ring && ring->ring && ring->lock.owner != PyThread_get_thread_ident()) {
         if (pspy_lock_take(&ring->lock, "Ticket") == 0) {
             if (ring->ring) pinstage_ring_release(ring->ring, self->id);
-            pspy_lock_give(&ring->lock);
+            give(ring);
         } else {
             PyErr_Clear();
         }

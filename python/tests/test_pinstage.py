@@ -837,19 +837,72 @@ class ProfileTest(unittest.TestCase):
             pinstage.Profile.load("/nonexistent/profile.txt")
 
 
-@unittest.skipUnless(os.environ.get("PINSTAGE_EMU_DEVICES", "1") not in ("", "1"), "needs two emulated devices")
-class DeviceTest(unittest.TestCase):
-    def test_memory_on_another_device_is_refused(self):
-        made = []
-        t = threading.Thread(target=lambda: made.append(pinstage.DeviceArray(4096, device=1)))
-        t.start()
-        t.join()
-        d1 = made[0]
-        self.assertEqual(d1.device, 1)
-        pinstage.context_init(0)
-        with self.assertRaises(ValueError) as e:
-            pinstage.Buffer().upload(d1, bytearray(4096))
-        self.assertIn("device 1", str(e.exception))
+class BindingTest(unittest.TestCase):
+    """Buffers and Rings bound to a GPU (device=): calls in its context from any thread, placement."""
+
+    def test_bound_to_device_0_with_memory_placed(self):
+        with pinstage.Buffer(device=0, numa_node=0) as buf, pinstage.Ring(2, device=0) as ring, \
+                pinstage.DeviceArray(300 * KIB) as d:
+            src, back = pattern(300 * KIB, 5), bytearray(300 * KIB)
+            buf.upload(d, src)
+            buf.download(back, d)
+            self.assertEqual(back, src)
+            where = buf.placement()
+            self.assertEqual((where.device, where.memory_node), (0, 0))
+            self.assertGreater(where.pinned_bytes, 0)
+            self.assertIn(where.memory_found, (0, -1))  # the kernel's answer: this host's node, or not said
+            ring.upload_async(d, pattern(300 * KIB, 6))
+            self.assertEqual(ring.download_async(d).wait().tobytes(), bytes(pattern(300 * KIB, 6)))
+            self.assertEqual(ring.placement().device, 0)
+            self.assertEqual(ring.placement().memory_node, -1)  # one node here or not: only placed on several
+        self.assertEqual(pinstage.Buffer().placement().device, -1)
+
+    def test_bad_bindings(self):
+        with self.assertRaises(ValueError):
+            pinstage.Buffer(numa_node=0)  # no device to bind to
+        with self.assertRaises(ValueError):
+            pinstage.Ring(device=0, numa_node=-5)
+        with self.assertRaises(pinstage.Error) as e:
+            pinstage.Buffer(device=10_000)
+        self.assertEqual(e.exception.status, 101)
+
+    def test_another_devices_memory_from_this_threads_context(self):
+        if not pinstage.driver_info().emulated:
+            self.skipTest("two devices: the emulated driver's")
+        script = r"""
+import threading, pinstage
+made = []
+t = threading.Thread(target=lambda: made.append(pinstage.DeviceArray(4096, device=1)))
+t.start(); t.join()
+d1 = made[0]
+assert d1.device == 1
+pinstage.context_init(0)
+try:
+    pinstage.Buffer().upload(d1, bytearray(4096))
+    raise SystemExit("an unbound buffer took device 1's memory in device 0's context")
+except ValueError as e:
+    assert "device 1" in str(e), e
+src = bytes(range(256)) * 16
+with pinstage.Buffer(device=1) as buf, pinstage.Ring(device=1) as ring:
+    buf.upload(d1, src)
+    back = bytearray(4096)
+    buf.download(back, d1)
+    assert back == src
+    ring.upload_async(d1, src[::-1])
+    assert ring.download_async(d1).wait().tobytes() == src[::-1]
+    where = buf.placement()
+    assert (where.device, where.device_node) == (1, 1), where
+    assert pinstage.DeviceArray(16).device == 0  # this thread's context is device 0's again
+print("ok")
+"""
+        import subprocess
+        import sys
+        env = dict(os.environ, PINSTAGE_EMU_DEVICES="2", PINSTAGE_EMU_NUMA="0,1")
+        env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.abspath(pinstage.__file__))] +
+                                            [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertEqual(run.stdout.strip(), "ok")
 
 
 if __name__ == "__main__":
