@@ -72,6 +72,33 @@ class TorchTest(unittest.TestCase):
             with self.assertRaises(TypeError):
                 buf.upload(torch.empty(4, device=self.dev), numpy.zeros(4, numpy.float64))
 
+    def test_bound_buffer_and_ring_on_the_frameworks_stream(self):
+        """A Buffer and a Ring bound to the tensor's GPU, called from a thread with no context of
+        its own and on PyTorch's stream: exact bytes, ordered after the stream's work."""
+        a = numpy.arange(640 * 640 * 3, dtype=numpy.float32).reshape(640, 640, 3)
+        t = torch.empty(a.shape, device=self.dev)
+        s = torch.cuda.Stream()
+        results = []
+
+        def other_thread():
+            with pinstage.Buffer(device=0) as buf, pinstage.Ring(device=0) as ring:
+                buf.upload(t, a, stream=s)
+                with torch.cuda.stream(s):
+                    t.mul_(3)
+                out = numpy.empty_like(a)
+                buf.download(out, t, stream=s)
+                results.append(numpy.array_equal(out, a * 3))
+                ring.upload_async(t, a, stream=s)
+                results.append(numpy.array_equal(numpy.asarray(ring.download_async(t, stream=s).wait())
+                                                 .view(numpy.float32).reshape(a.shape), a))
+                results.append(buf.placement().device == 0)
+
+        import threading
+        th = threading.Thread(target=other_thread)
+        th.start()
+        th.join()
+        self.assertEqual(results, [True, True, True])
+
     def test_ordered_on_the_frameworks_stream_without_synchronize(self):
         n = 16 * MIB
         s = torch.cuda.Stream()
