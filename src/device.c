@@ -98,8 +98,7 @@ pinstage_status ps_bind(ps_binding *b, const pinstage_binding *want, const char 
     if (node == PINSTAGE_NUMA_DEVICE)
         node = nodes > 1 && made.device_node >= 0 && ps_numa_node_online(made.device_node) ? made.device_node : -1;
     made.memory_node = node;
-    made.pool = node >= 0 && nodes > 1 ? ps_pool_for_node(node) : NULL;
-    if (made.pool == ps_pool_default()) made.pool = NULL;
+    made.pool = node >= 0 && nodes > 1 ? ps_pool_for_node(node) : ps_pool_default();
     /* The old binding goes once the new one stands; its release failing
      * leaves one retain behind, which is reported. */
     s = b->retained ? ps_unbind(b, d, caller) : PINSTAGE_SUCCESS;
@@ -120,6 +119,7 @@ pinstage_status ps_bind_enter(ps_binding *b, const ps_driver *d, const char *cal
     b->switched = 0;
     if (!b->bound) return PINSTAGE_SUCCESS;
     b->driver = d;
+    b->caller = caller;
     CUresult r = d->cuCtxGetCurrent(&b->saved);
     if (r) return ps_fail_driver((pinstage_status)r, caller, "cuCtxGetCurrent");
     if (b->saved == b->context) return PINSTAGE_SUCCESS;
@@ -128,14 +128,14 @@ pinstage_status ps_bind_enter(ps_binding *b, const ps_driver *d, const char *cal
     return PINSTAGE_SUCCESS;
 }
 
-pinstage_status ps_bind_leave(ps_binding *b, pinstage_status s, const char *caller) {
+pinstage_status ps_bind_leave(ps_binding *b, pinstage_status s) {
     if (!b->switched) return s;
     b->switched = 0;
     CUresult r = b->driver->cuCtxSetCurrent(b->saved);
     if (r && !s)
         return ps_fail((pinstage_status)r,
                        "%s: the call was done, but the calling thread's context could not be made current again: "
-                       "cuCtxSetCurrent failed: %s (%s)", caller, pinstage_status_name((pinstage_status)r),
+                       "cuCtxSetCurrent failed: %s (%s)", b->caller, pinstage_status_name((pinstage_status)r),
                        pinstage_status_string((pinstage_status)r));
     return s;
 }

@@ -19,10 +19,11 @@ typedef struct ps_binding {
     int retained;       /* holds a retain of the device's primary context */
     int device_node;    /* the node the GPU is attached to; -1: not known */
     int memory_node;    /* where its pinned memory goes; -1: not placed (cuMemAllocHost) */
-    ps_pool *pool;      /* copies its host side; NULL: the process-wide pool */
+    ps_pool *pool;      /* copies its host side; NULL while unbound: the process-wide pool */
     char model[256];    /* the GPU's name: which measured profiles fit it */
     /* The call in progress. */
     const ps_driver *driver;
+    const char *caller; /* the public call, for the message of a failed restore */
     CUcontext saved;    /* the caller's context, given back by ps_bind_leave */
     int switched;
 } ps_binding;
@@ -44,7 +45,7 @@ pinstage_status ps_unbind(ps_binding *b, const ps_driver *d, const char *caller)
  * or when the call succeeded but the restore failed, that failure, with a
  * message saying the call itself was done. */
 pinstage_status ps_bind_enter(ps_binding *b, const ps_driver *d, const char *caller);
-pinstage_status ps_bind_leave(ps_binding *b, pinstage_status s, const char *caller);
+pinstage_status ps_bind_leave(ps_binding *b, pinstage_status s);
 
 static inline ps_pool *ps_binding_pool(const ps_binding *b) { return b->pool ? b->pool : ps_pool_default(); }
 static inline int ps_binding_node(const ps_binding *b) { return b->bound ? b->memory_node : -1; }

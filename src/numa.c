@@ -63,20 +63,24 @@ static int parse_list(const char *text, unsigned char *bitmap, int bits) {
     return highest + 1;
 }
 
-int ps_numa_node_count(void) {
+/* The online nodes (sysfs node/online) into a bitmap: the highest + 1, or
+ * -1 where sysfs does not say. */
+static int online_nodes(unsigned char nodes[PS_NUMA_MAX_NODES / 8]) {
     char text[256];
+    if (read_line("devices/system/node/online", text, sizeof text)) return -1;
+    return parse_list(text, nodes, PS_NUMA_MAX_NODES);
+}
+
+int ps_numa_node_count(void) {
     unsigned char nodes[PS_NUMA_MAX_NODES / 8];
-    if (read_line("devices/system/node/online", text, sizeof text)) return 1;
-    int n = parse_list(text, nodes, PS_NUMA_MAX_NODES);
+    int n = online_nodes(nodes);
     return n < 1 ? 1 : n > PS_NUMA_MAX_NODES ? PS_NUMA_MAX_NODES : n;
 }
 
 int ps_numa_node_online(int node) {
-    char text[256];
     unsigned char nodes[PS_NUMA_MAX_NODES / 8];
     if (node < 0 || node >= PS_NUMA_MAX_NODES) return 0;
-    if (read_line("devices/system/node/online", text, sizeof text)) return node == 0;
-    if (parse_list(text, nodes, PS_NUMA_MAX_NODES) < 1) return node == 0;
+    if (online_nodes(nodes) < 1) return node == 0; /* not said: one node */
     return (nodes[node / 8] >> (node % 8)) & 1;
 }
 
@@ -154,26 +158,24 @@ static int touch_from_node(unsigned char *p, size_t bytes, int node) {
     return 0;
 }
 
-void *ps_numa_map(size_t bytes, int node, ps_placed_by *how) {
-    *how = PS_PLACED_NONE;
+void *ps_numa_map(size_t bytes, int node) {
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return NULL;
     /* A child of fork() must not share these pages copy-on-write: a write
      * here afterwards could move the parent's page away from the one the
      * device DMAs to (kernels before 5.8). The child has no context anyway. */
     madvise(p, bytes, MADV_DONTFORK);
+    int touched = 0;
     if (node >= 0 && node < PS_NUMA_MAX_NODES) {
         unsigned long mask[PS_NUMA_MAX_NODES / (8 * sizeof(unsigned long))] = {0};
         mask[node / (8 * sizeof(unsigned long))] = 1ul << (node % (8 * sizeof(unsigned long)));
         /* maxnode counts one more bit than the kernel reads. */
-        if (syscall(SYS_mbind, p, bytes, PS_MPOL_PREFERRED, mask, (unsigned long)PS_NUMA_MAX_NODES + 1, 0ul) == 0)
-            *how = PS_PLACED_MBIND;
-        else if (touch_from_node(p, bytes, node) == 0)
-            *how = PS_PLACED_TOUCH;
+        if (syscall(SYS_mbind, p, bytes, PS_MPOL_PREFERRED, mask, (unsigned long)PS_NUMA_MAX_NODES + 1, 0ul) != 0)
+            touched = touch_from_node(p, bytes, node) == 0;
     }
     /* Every page present before the driver pins the range, so pinning
      * faults nothing in on some other thread's node. */
-    if (*how != PS_PLACED_TOUCH) touch(p, bytes);
+    if (!touched) touch(p, bytes);
     return p;
 }
 

@@ -36,18 +36,13 @@ int ps_numa_node_cpus(int node, cpu_set_t *set);
  * the device's PCI function in sysfs. -1: not known, or a host of one node. */
 int ps_numa_device_node(const ps_driver *d, CUdevice dev);
 
-/* How ps_numa_map placed the pages. */
-typedef enum {
-    PS_PLACED_MBIND = 1, /* a preferred-node memory policy on the range */
-    PS_PLACED_TOUCH = 2, /* first touch by a thread on one of the node's CPUs */
-    PS_PLACED_NONE = 3,  /* neither could be done: wherever the kernel put them */
-} ps_placed_by;
-
 /* `bytes` (a multiple of the page size) of anonymous memory with every
- * page present, placed on `node` as well as the host allows; NULL when the
- * mapping fails. The policy is "preferred": memory short on the node comes
- * from another rather than failing, and ps_numa_where says where it went. */
-void *ps_numa_map(size_t bytes, int node, ps_placed_by *how);
+ * page present, placed on `node` as well as the host allows: an mbind
+ * policy, else first touch from one of the node's CPUs, else wherever the
+ * kernel puts it. NULL when the mapping fails. The policy is "preferred":
+ * memory short on the node comes from another rather than failing, and
+ * ps_numa_where says where it went. */
+void *ps_numa_map(size_t bytes, int node);
 void ps_numa_unmap(void *p, size_t bytes);
 
 /* The node the pages of [p, p + bytes) are on, from a sample of up to 64

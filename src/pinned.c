@@ -113,8 +113,7 @@ pinstage_status pinstage_pinned_retry_releases(void) {
 
 /* Mapped, placed on `node`, then registered: the driver pins what is there. */
 static CUresult alloc_placed(const ps_driver *driver, size_t capacity, int node, void **p, int *placed) {
-    ps_placed_by how;
-    *p = ps_numa_map(capacity, node, &how);
+    *p = ps_numa_map(capacity, node);
     if (!*p) return CUDA_ERROR_OUT_OF_MEMORY;
     /* Portable: pinned for every context, as cuMemAllocHost's memory is
      * under unified addressing. */
@@ -123,7 +122,7 @@ static CUresult alloc_placed(const ps_driver *driver, size_t capacity, int node,
         ps_numa_unmap(*p, capacity);
         *p = NULL;
     }
-    *placed = (int)how;
+    *placed = 1; /* mapped: a failure now is the driver's */
     return r;
 }
 

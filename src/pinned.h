@@ -18,8 +18,8 @@
 typedef struct ps_pinned {
     void *ptr;       /* NULL while nothing is pinned */
     size_t capacity; /* bytes, a multiple of PINSTAGE_CAPACITY_GRANULARITY */
-    int placed;      /* 0: cuMemAllocHost's; else a ps_placed_by: mapped here, placed on a
-                        NUMA node and registered (cuMemHostRegister) */
+    int placed;      /* 0: cuMemAllocHost's; 1: mapped here, placed on a NUMA node and
+                        registered (cuMemHostRegister) */
 } ps_pinned;
 
 /* Rounds `bytes` up to the capacity granularity; 0 when that overflows. */

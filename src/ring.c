@@ -337,7 +337,7 @@ static pinstage_status upload(pinstage_ring *ring, pinstage_devbuf *dst, size_t 
     const ps_driver *d;
     pinstage_status st = begin(ring, &d, caller);
     if (!st) st = upload_in_context(ring, d, dst, bytes, stream, fill, user_data, src, n, caller);
-    return ps_bind_leave(&ring->binding, st, caller);
+    return ps_bind_leave(&ring->binding, st);
 }
 
 pinstage_status pinstage_ring_upload_with_async(pinstage_ring *ring, pinstage_devbuf *dst, size_t n, CUstream stream,
@@ -389,7 +389,7 @@ pinstage_status pinstage_ring_download_async(pinstage_ring *ring, const pinstage
     pinstage_status st = check_args(caller, ring, src, "src", ticket != NULL, "ticket", n, &bytes);
     if (st || (st = begin(ring, &d, caller))) return st;
     st = download_in_context(ring, d, src, bytes, stream, ticket, caller);
-    return ps_bind_leave(&ring->binding, st, caller);
+    return ps_bind_leave(&ring->binding, st);
 }
 
 /* ---- Tickets ---------------------------------------------------------------------- */
@@ -431,11 +431,10 @@ static pinstage_status complete(pinstage_ring *ring, pinstage_ticket ticket, con
             if (r == CUDA_ERROR_NOT_READY)
                 return ps_bind_leave(&ring->binding,
                                      ps_fail(PINSTAGE_ERROR_NOT_READY, "%s: ticket %llu's copy has not landed yet",
-                                             caller, (unsigned long long)ticket),
-                                     caller);
+                                             caller, (unsigned long long)ticket));
             if (r) st = query_failed(ring, d, s, r, caller);
         }
-        st = ps_bind_leave(&ring->binding, st, caller);
+        st = ps_bind_leave(&ring->binding, st);
         if (st) {
             clear_slot(s);
             return st;
@@ -492,7 +491,7 @@ pinstage_status pinstage_ring_synchronize(pinstage_ring *ring) {
     if (checked) return checked;
     if (!ring->have_events) return PINSTAGE_SUCCESS; /* nothing was ever enqueued */
     pinstage_status st = begin(ring, &d, caller);
-    return st ? st : ps_bind_leave(&ring->binding, wait_all(ring, d, caller), caller);
+    return st ? st : ps_bind_leave(&ring->binding, wait_all(ring, d, caller));
 }
 
 pinstage_status pinstage_ring_reserve(pinstage_ring *ring, size_t bytes) {
@@ -524,7 +523,7 @@ pinstage_status pinstage_ring_reserve(pinstage_ring *ring, size_t bytes) {
         }
         count_pinned(ring);
     }
-    return ps_bind_leave(&ring->binding, st, caller);
+    return ps_bind_leave(&ring->binding, st);
 }
 
 pinstage_status pinstage_ring_free(pinstage_ring *ring) {
@@ -554,7 +553,7 @@ pinstage_status pinstage_ring_free(pinstage_ring *ring) {
             if (e && !st) st = ps_fail_driver((pinstage_status)e, caller, "cuEventDestroy_v2"), ps_message_save(&first);
         }
         if (st) ps_message_restore(&first, st);
-        st = ps_bind_leave(&ring->binding, st, caller);
+        st = ps_bind_leave(&ring->binding, st);
         if (entered) st = ps_message_restore(&why, entered); /* the first failure is the one to read */
     }
     /* The context goes last: what was made in it is gone by now. */

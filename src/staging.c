@@ -47,7 +47,7 @@ static pinstage_status enter(pinstage_buffer *buf, const char *caller) {
 /* Ends a call: the caller's context back (if the call made the buffer's
  * current), the buffer free for the next call. */
 static pinstage_status leave(pinstage_buffer *buf, pinstage_status s) {
-    s = ps_bind_leave(&buf->binding, s, "pinstage_buffer");
+    s = ps_bind_leave(&buf->binding, s);
     buf->in_call = 0;
     return s;
 }
@@ -107,7 +107,7 @@ pinstage_status pinstage_buffer_free(pinstage_buffer *buf) {
             CUresult r = d->cuEventDestroy(buf->events[i]);
             if (r && !s) s = ps_fail_driver((pinstage_status)r, caller, "cuEventDestroy_v2");
         }
-        s = ps_bind_leave(&buf->binding, s, caller);
+        s = ps_bind_leave(&buf->binding, s);
         if (entered) s = ps_message_restore(&why, entered); /* the first failure is the one to read */
     }
     /* The context goes last: what was made in it is gone by now. */
