@@ -56,6 +56,8 @@ static const char usage[] =
     "  --soak-threads T   with --soak: threads, each with its own buffer, ring and stream (default 4)\n"
     "  --pool-threads N   worker threads of the engine's pool (default: one per CPU the process\n"
     "                     may use, less one, and one more from 8 CPUs up)\n"
+    "  --pool-spin US     how long a worker spins for more work before it sleeps\n"
+    "                     (pinstage_pool_set_spin_us; default the library's)\n"
     "  --sched MODE       the context's scheduling: auto, spin, yield or blocking (default auto)\n"
     "  --host-alloc MODE  pageable host memory: malloc (default), hugepages (2 MiB-aligned,\n"
     "                     MADV_HUGEPAGE) or small-pages (MADV_NOHUGEPAGE); always written first\n"
@@ -192,7 +194,7 @@ static void describe_machine(bench_context *ctx, int device) {
 enum {
     OPT_SIZES = 256, OPT_SWEEP, OPT_DIRECTION, OPT_PATHS, OPT_ENGINE, OPT_PROFILE, OPT_CALIBRATE, OPT_THOROUGH,
     OPT_PIPELINE, OPT_FILL, OPT_FRAMES, OPT_RING_SLOTS, OPT_CONDITIONS, OPT_PROCESSES, OPT_CONDITIONS_CHILD,
-    OPT_TRACE, OPT_SOAK, OPT_SOAK_THREADS, OPT_POOL_THREADS, OPT_SCHED, OPT_HOST_ALLOC, OPT_REPS, OPT_WARMUP,
+    OPT_TRACE, OPT_SOAK, OPT_SOAK_THREADS, OPT_POOL_THREADS, OPT_POOL_SPIN, OPT_SCHED, OPT_HOST_ALLOC, OPT_REPS, OPT_WARMUP,
     OPT_BUDGET, OPT_DEVICE, OPT_FORMAT, OPT_JSON, OPT_EMULATE, OPT_DRIVER, OPT_QUIET, OPT_LOAD, OPT_COLD, OPT_DEVICES
 };
 
@@ -217,6 +219,7 @@ static const struct option options[] = {
     {"soak", required_argument, NULL, OPT_SOAK},
     {"soak-threads", required_argument, NULL, OPT_SOAK_THREADS},
     {"pool-threads", required_argument, NULL, OPT_POOL_THREADS},
+    {"pool-spin", required_argument, NULL, OPT_POOL_SPIN},
     {"sched", required_argument, NULL, OPT_SCHED},
     {"host-alloc", required_argument, NULL, OPT_HOST_ALLOC},
     {"reps", required_argument, NULL, OPT_REPS},
@@ -384,7 +387,7 @@ int main(int argc, char **argv) {
     unsigned long soak = 0, processes = 10, n;
     unsigned soak_threads = 4;
     pipeline_options pipe = {300, 5, 4, {0, 1, 3}, 3, 0};
-    long pool_threads = -1;
+    long pool_threads = -1, pool_spin = -1;
     bench_format format = BENCH_TEXT;
     bench_run_options o = {300, 30, 3.0, 0, NULL, NULL};
     bench_context ctx;
@@ -517,6 +520,10 @@ int main(int argc, char **argv) {
             if (parse_count(v, &n) || n > 255) return bench_fail("--pool-threads takes 0-255");
             pool_threads = (long)n;
             break;
+        case OPT_POOL_SPIN:
+            if (parse_count(v, &n) || n > 1000000) return bench_fail("--pool-spin takes 0-1000000 (microseconds)");
+            pool_spin = (long)n;
+            break;
         case OPT_SCHED:
             if ((sched = pick(v, sched_names, 5)) < 0 || sched == 3)
                 return bench_fail("--sched takes auto, spin, yield or blocking");
@@ -625,6 +632,7 @@ int main(int argc, char **argv) {
     if ((s = pinstage_context_init(device))) return bench_driver_fail("device", s);
     if (pool_threads >= 0 && (s = pinstage_pool_set_threads((unsigned)pool_threads)))
         return bench_driver_fail("--pool-threads", s);
+    if (pool_spin >= 0) pinstage_pool_set_spin_us((unsigned)pool_spin);
     if (calibrate_path) {
         pinstage_profile *measured;
         double start = bench_now_us();
@@ -679,7 +687,7 @@ int main(int argc, char **argv) {
         exe[len > 0 ? len : 0] = 0;
         co.exe = exe;
         static char *args[32];
-        static char device_arg[24], pool_arg[24];
+        static char device_arg[24], pool_arg[24], spin_arg[24];
         size_t k = 0;
         args[k++] = "--driver";
         args[k++] = ctx.driver_path;
@@ -696,6 +704,11 @@ int main(int argc, char **argv) {
             snprintf(pool_arg, sizeof pool_arg, "%ld", pool_threads);
             args[k++] = "--pool-threads";
             args[k++] = pool_arg;
+        }
+        if (pool_spin >= 0) {
+            snprintf(spin_arg, sizeof spin_arg, "%ld", pool_spin);
+            args[k++] = "--pool-spin";
+            args[k++] = spin_arg;
         }
         co.child_args = args;
         co.nchild_args = k;
