@@ -37,7 +37,8 @@
  *    written under `admin` and read without it (atomic).
  * A worker spins while a job it is seated in may still open blocks (the
  * engine's next chunk is microseconds away), then for spin_ns after its
- * last block, then parks: an idle process uses no CPU. */
+ * last block (WOKEN_SPIN_NS after a wake-up that brought none), then
+ * parks: an idle process uses no CPU. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -56,6 +57,7 @@
 #define MAX_WORKERS 255u
 #define MAX_JOBS 16u
 #define DEFAULT_SPIN_NS 200000u /* 200 us */
+#define WOKEN_SPIN_NS 20000u    /* 20 us */
 
 /* The state word. */
 #define GEN_MASK 0x7fffffffu
@@ -86,6 +88,7 @@ struct ps_pool {
     _Atomic int resizing;
     _Atomic int started;
     _Atomic unsigned planned; /* workers when started; UINT32_MAX: not yet known */
+    _Atomic unsigned long wakeups; /* workers woken from sleep (tests) */
     unsigned tokens;          /* under lock */
     pthread_mutex_t lock;
     pthread_cond_t wake;
@@ -233,16 +236,35 @@ static void park(ps_pool *p) {
     atomic_fetch_sub_explicit(&p->awake, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&p->parked, 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_seq_cst);
-    while (!atomic_load_explicit(&p->stop, memory_order_acquire) && !p->tokens && !any_seat_open(p))
-        pthread_cond_wait(&p->wake, &p->lock);
-    if (p->tokens) p->tokens--;
+    /* A seat open now is taken without waiting (the poster may have looked
+     * for sleepers before this one counted itself). Once asleep, a worker
+     * leaves only with a token: one woken by a signal meant for a worker
+     * that was already up goes back to sleep. */
+    if (!atomic_load_explicit(&p->stop, memory_order_acquire) && !p->tokens && !any_seat_open(p)) {
+        do {
+            pthread_cond_wait(&p->wake, &p->lock);
+            atomic_fetch_add_explicit(&p->wakeups, 1, memory_order_relaxed);
+        } while (!atomic_load_explicit(&p->stop, memory_order_acquire) && !p->tokens);
+    }
+    if (p->tokens) {
+        p->tokens--;
+        /* Wake-ups spread as a tree: the poster made one system call; each
+         * worker it woke passes on up to two of the tokens left, so the
+         * workers a job asked for arrive in a few hops and the rest sleep
+         * on (a broadcast woke them all, and each spun for spin_ns). */
+        unsigned others = atomic_load_explicit(&p->sleepers, memory_order_relaxed) - 1;
+        unsigned pass = p->tokens < 2 ? p->tokens : 2;
+        if (pass > others) pass = others;
+        while (pass--) pthread_cond_signal(&p->wake);
+    }
     atomic_fetch_sub_explicit(&p->parked, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&p->awake, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&p->sleepers, 1, memory_order_seq_cst);
     pthread_mutex_unlock(&p->lock);
 }
 
-/* Wakes up to `n` parked workers. */
+/* Grants up to `n` parked workers a wake-up: one signal now, the rest
+ * passed on by the workers it wakes (park). */
 static void wake(ps_pool *p, unsigned n) {
     atomic_thread_fence(memory_order_seq_cst);
     if (!n || !atomic_load_explicit(&p->sleepers, memory_order_seq_cst)) return;
@@ -251,17 +273,16 @@ static void wake(ps_pool *p, unsigned n) {
     unsigned spare = sleeping > p->tokens ? sleeping - p->tokens : 0;
     if (n > spare) n = spare;
     p->tokens += n;
-    /* One system call: a broadcast, not n signals (a wake-up costs the
-     * poster microseconds it would rather spend copying). Workers woken
-     * without a token park again unless a seat is open. */
-    if (n == 1)
-        pthread_cond_signal(&p->wake);
-    else if (n > 1)
-        pthread_cond_broadcast(&p->wake);
+    if (n) pthread_cond_signal(&p->wake);
     pthread_mutex_unlock(&p->lock);
 }
 
 static _Thread_local unsigned thread_index;
+static _Thread_local unsigned last_seats;
+
+unsigned ps_pool_last_seats(void) { return last_seats; }
+
+unsigned long ps_pool_wakeups(ps_pool *p) { return atomic_load_explicit(&p->wakeups, memory_order_relaxed); }
 
 unsigned ps_pool_thread_index(void) { return thread_index; }
 
@@ -272,6 +293,10 @@ static void *worker_main(void *arg) {
     uint32_t seated[MAX_JOBS]; /* the generation seated in per slot; 0: none (generations start at 1) */
     memset(seated, 0, sizeof seated);
     uint64_t idle_since = now_ns();
+    /* How long to spin before parking: spin_ns after running blocks (the
+     * next job of a loop of transfers is near), only WOKEN_SPIN_NS after a
+     * wake-up that brought no block (the job's seats went to others). */
+    uint64_t patience = atomic_load_explicit(&p->spin_ns, memory_order_relaxed);
     unsigned polls = 0;
     while (!atomic_load_explicit(&p->stop, memory_order_acquire)) {
         unsigned ran = 0;
@@ -291,17 +316,19 @@ static void *worker_main(void *arg) {
         }
         if (ran) {
             idle_since = now_ns();
+            patience = atomic_load_explicit(&p->spin_ns, memory_order_relaxed);
             polls = 0;
             continue;
         }
         /* Reading the clock every poll would slow the poll; every 64th is enough. */
-        if (live || (++polls & 63u) ||
-            now_ns() - idle_since < atomic_load_explicit(&p->spin_ns, memory_order_relaxed)) {
+        if (live || (++polls & 63u) || now_ns() - idle_since < patience) {
             cpu_relax();
             continue;
         }
         park(p);
         idle_since = now_ns();
+        patience = atomic_load_explicit(&p->spin_ns, memory_order_relaxed);
+        if (patience > WOKEN_SPIN_NS) patience = WOKEN_SPIN_NS;
     }
     atomic_fetch_sub_explicit(&p->awake, 1, memory_order_relaxed);
     return NULL;
@@ -427,6 +454,7 @@ void ps_job_start(ps_pool *p, ps_job *job, size_t count, size_t limit, unsigned 
         job->slot = &job->local;
         atomic_init(&job->local.state, 0);
     }
+    last_seats = job->seats;
     ps_job_slot *s = job->slot;
     uint32_t gen = (GEN(atomic_load_explicit(&s->state, memory_order_relaxed)) + 1) & GEN_MASK;
     if (!gen) gen = 1; /* 0 means "not seated" to the workers */

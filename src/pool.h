@@ -98,4 +98,9 @@ unsigned ps_pool_thread_index(void);
  * running yet). */
 unsigned ps_pool_workers(ps_pool *pool);
 
+/* For tests: the seats the calling thread's last job was given, and how
+ * many times the pool's workers have been woken from sleep. */
+unsigned ps_pool_last_seats(void);
+unsigned long ps_pool_wakeups(ps_pool *pool);
+
 #endif
