@@ -471,6 +471,55 @@ static void start_resize_idle_shutdown(void) {
     free(t);
 }
 
+/* ---- Wake-ups and threads fitted to the transfer ------------------------------------ */
+
+static void nap_block(void *arg, size_t i) {
+    (void)arg;
+    (void)i;
+    sleep_ms(1);
+}
+
+/* Waits until every running worker is asleep (at most a second). */
+static int all_parked(void) {
+    pinstage_pool_info info;
+    for (int i = 0; i < 1000; i++) {
+        pinstage_pool_get_info(&info);
+        if (info.running && info.parked == info.running) return 1;
+        sleep_ms(1);
+    }
+    return 0;
+}
+
+/* A job that asks for 2 helpers wakes 2 of the 8 sleeping workers; the
+ * others sleep on (a broadcast woke all 8, and each then spun). */
+static void wakes_only_the_workers_asked_for(void) {
+    ps_pool *pool = ps_pool_default();
+    ps_cpus_set_usable(16);
+    ps_cpus_set_probe(no_load);
+    CHECK_OK(pinstage_pool_set_threads(8));
+    pinstage_pool_set_spin_us(0);
+    tally *t = new_tally();
+    ps_pool_run(pool, 64, 8, count_block, t); /* starts them */
+    CHECK(all_parked());
+    for (int round = 0; round < 5; round++) {
+        unsigned long before = ps_pool_wakeups(pool);
+        ps_pool_run(pool, 16, 2, nap_block, NULL);
+        CHECK_EQ(ps_pool_last_seats(), 2);
+        CHECK(all_parked());
+        unsigned long woken = ps_pool_wakeups(pool) - before;
+        if (round == 0) printf("#   a job of 2 helpers woke %lu of 8 sleeping workers\n", woken);
+        CHECK(woken >= 1 && woken <= 3);
+    }
+    /* Every worker still answers a job that wants them all. */
+    memset(t, 0, sizeof *t);
+    ps_pool_run(pool, 64, 8, nap_block, NULL);
+    CHECK_EQ(ps_pool_last_seats(), 8);
+    free(t);
+    pinstage_pool_set_spin_us(200);
+    CHECK_OK(pinstage_pool_set_threads(PINSTAGE_POOL_AUTO));
+    ps_cpus_set_usable(0);
+}
+
 /* Resizing while other threads post jobs: every job completes, no block
  * runs twice, and no worker outlives the resize. */
 static _Atomic int resize_done;
@@ -520,6 +569,7 @@ int main(void) {
     RUN(seats_follow_free_cpus);
     ps_cpus_set_probe(no_load);
     RUN(resize_while_posting);
+    RUN(wakes_only_the_workers_asked_for);
     RUN(start_resize_idle_shutdown);
     check_current_test = "no_leaks";
     CHECK_NO_LEAK(before);
