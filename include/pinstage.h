@@ -890,7 +890,11 @@ PINSTAGE_API pinstage_status pinstage_buffer_set_profile(pinstage_buffer *buf, c
  * Those transfers are counted in
  * stats.route_probes; transfers that left the profile's route because the
  * other measured faster in stats.route_overrides. A transfer that had to pin
- * memory first is not counted as a measurement.
+ * memory first is not counted as a measurement. Nor, once, is a probe of the
+ * copy engine that had to wake the engine's sleeping threads: while the
+ * pageable route is taken they sleep, so such a probe pays a wake-up that
+ * steady use of the engine does not; the next transfer probes again, and
+ * counts whether it runs warm or (as every call of a paced loop does) cold.
  *
  * Adaptation applies to buffers that follow a measured or the built-in
  * profile with no threshold set (PINSTAGE_AUTO_STAGE_PROFILE); a fixed

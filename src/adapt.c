@@ -42,6 +42,7 @@ typedef struct {
     unsigned since_probe, probe_every;
     uint64_t last_probe; /* ns */
     unsigned wins;       /* probes in a row that beat the route taken */
+    int cold_retry;      /* the last probe ran cold and the next one repeats it */
     uint64_t switches, probes;
 } class_state;
 
@@ -195,6 +196,7 @@ void ps_adapt_record(ps_direction dir, size_t bytes, int route, uint64_t ns) {
      * such in a row outvote that side's older, slower samples, which go. So
      * a change of load turns the choice in a few transfers, not hundreds. */
     if (c->chosen >= 0 && side != c->chosen) {
+        c->cold_retry = 0;
         float taken = estimate(&c->side[c->chosen], now);
         if (taken > 0 && per_byte < taken * MARGIN) {
             c->probe_every = 1;
@@ -207,6 +209,18 @@ void ps_adapt_record(ps_direction dir, size_t bytes, int route, uint64_t ns) {
         }
     }
     pthread_mutex_unlock(&lock);
+}
+
+int ps_adapt_cold_probe(ps_direction dir, size_t bytes) {
+    if (!ps_adapt_enabled()) return 0;
+    pthread_mutex_lock(&lock);
+    ready();
+    class_state *c = &table[dir][ps_size_class(bytes)];
+    int again = !c->cold_retry;
+    c->cold_retry = again;
+    if (again) c->since_probe = PROBE_EVERY_MAX; /* the next transfer probes */
+    pthread_mutex_unlock(&lock);
+    return again;
 }
 
 pinstage_status pinstage_route_get_info(pinstage_direction dir, size_t bytes, pinstage_route_info *info) {

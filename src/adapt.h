@@ -34,6 +34,15 @@ void ps_adapt_end(void);
 /* A transfer that took `route` finished in `ns`. */
 void ps_adapt_record(ps_direction dir, size_t bytes, int route, uint64_t ns);
 
+/* A probe of the route through the copy engine had to wake the pool's
+ * sleeping workers: the route taken (the pageable one) left them idle, so
+ * the probe paid a wake-up a steady user of the engine does not, and the
+ * engine, measured only that way, would never win back. Returns 1 when the
+ * probe is not to be recorded and the next transfer of the class probes
+ * again (warm); 0 when it already was a repeat (every transfer of the
+ * program starts cold, as in a paced loop): record it. */
+int ps_adapt_cold_probe(ps_direction dir, size_t bytes);
+
 /* Whether adaptation is on process-wide (pinstage_set_adaptive, else
  * $PINSTAGE_ADAPTIVE, else on). */
 int ps_adapt_enabled(void);

@@ -248,10 +248,10 @@ static void park(ps_pool *p) {
     }
     if (p->tokens) {
         p->tokens--;
-        /* Wake-ups spread as a tree: the poster made one system call; each
-         * worker it woke passes on up to two of the tokens left, so the
-         * workers a job asked for arrive in a few hops and the rest sleep
-         * on (a broadcast woke them all, and each spun for spin_ns). */
+        /* A few wake-ups spread as a tree: the poster made one system call;
+         * each worker it woke passes on up to two of the tokens left, and
+         * the rest sleep on (after a broadcast they are up already, and a
+         * signal with no waiter does nothing). */
         unsigned others = atomic_load_explicit(&p->sleepers, memory_order_relaxed) - 1;
         unsigned pass = p->tokens < 2 ? p->tokens : 2;
         if (pass > others) pass = others;
@@ -263,24 +263,36 @@ static void park(ps_pool *p) {
     pthread_mutex_unlock(&p->lock);
 }
 
-/* Grants up to `n` parked workers a wake-up: one signal now, the rest
- * passed on by the workers it wakes (park). */
-static void wake(ps_pool *p, unsigned n) {
+/* From this many wake-ups one broadcast: the workers then start together,
+ * where a tree of signals brings the last of 14 only after several hops
+ * (each a wake-up latency), and a transfer after idle ran short of threads
+ * for most of its time. Those woken without a token sleep again at once. */
+#define BROADCAST_FROM 4u
+
+/* Grants up to `n` parked workers a wake-up: for a few, one signal now and
+ * the rest passed on by the workers it wakes (park); for more, a
+ * broadcast. Returns how many were granted. */
+static unsigned wake(ps_pool *p, unsigned n) {
     atomic_thread_fence(memory_order_seq_cst);
-    if (!n || !atomic_load_explicit(&p->sleepers, memory_order_seq_cst)) return;
+    if (!n || !atomic_load_explicit(&p->sleepers, memory_order_seq_cst)) return 0;
     pthread_mutex_lock(&p->lock);
     unsigned sleeping = atomic_load_explicit(&p->sleepers, memory_order_relaxed);
     unsigned spare = sleeping > p->tokens ? sleeping - p->tokens : 0;
     if (n > spare) n = spare;
     p->tokens += n;
-    if (n) pthread_cond_signal(&p->wake);
+    if (n >= BROADCAST_FROM)
+        pthread_cond_broadcast(&p->wake);
+    else if (n)
+        pthread_cond_signal(&p->wake);
     pthread_mutex_unlock(&p->lock);
+    return n;
 }
 
 static _Thread_local unsigned thread_index;
-static _Thread_local unsigned last_seats;
+static _Thread_local unsigned last_seats, last_woken;
 
 unsigned ps_pool_last_seats(void) { return last_seats; }
+unsigned ps_pool_last_woken(void) { return last_woken; }
 
 unsigned long ps_pool_wakeups(ps_pool *p) { return atomic_load_explicit(&p->wakeups, memory_order_relaxed); }
 
@@ -455,6 +467,7 @@ void ps_job_start(ps_pool *p, ps_job *job, size_t count, size_t limit, unsigned 
         atomic_init(&job->local.state, 0);
     }
     last_seats = job->seats;
+    last_woken = 0;
     ps_job_slot *s = job->slot;
     uint32_t gen = (GEN(atomic_load_explicit(&s->state, memory_order_relaxed)) + 1) & GEN_MASK;
     if (!gen) gen = 1; /* 0 means "not seated" to the workers */
@@ -464,7 +477,7 @@ void ps_job_start(ps_pool *p, ps_job *job, size_t count, size_t limit, unsigned 
     atomic_store_explicit(&s->done, 0, memory_order_relaxed);
     atomic_store_explicit(&s->seats, SEATS_PACK(gen, 0), memory_order_release);
     atomic_store_explicit(&s->state, PACK(gen, limit == count, 0, limit), memory_order_seq_cst);
-    if (s != &job->local && limit) wake(p, job->seats);
+    if (s != &job->local && limit) last_woken = wake(p, job->seats);
 }
 
 void ps_job_open(ps_job *job, size_t limit) {
@@ -478,7 +491,7 @@ void ps_job_open(ps_job *job, size_t limit) {
     /* Seated workers are spinning for it; parked ones wake if seats are free. */
     if (s != &job->local) {
         uint64_t w = atomic_load_explicit(&s->seats, memory_order_relaxed);
-        if ((uint32_t)w < job->seats) wake(job->pool, job->seats - (uint32_t)w);
+        if ((uint32_t)w < job->seats) last_woken += wake(job->pool, job->seats - (uint32_t)w);
     }
 }
 

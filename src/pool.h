@@ -98,6 +98,11 @@ unsigned ps_pool_thread_index(void);
  * running yet). */
 unsigned ps_pool_workers(ps_pool *pool);
 
+/* Sleeping workers the calling thread's last job woke: 0 when the workers
+ * it got were awake (a transfer's time then says what the route costs when
+ * used steadily). */
+unsigned ps_pool_last_woken(void);
+
 /* For tests: the seats the calling thread's last job was given, and how
  * many times the pool's workers have been woken from sleep. */
 unsigned ps_pool_last_seats(void);

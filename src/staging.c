@@ -15,6 +15,7 @@
 #include "numa.h"
 #include "pinned.h"
 #include "policy.h"
+#include "pool.h"
 #include "status.h"
 
 struct pinstage_buffer {
@@ -445,7 +446,10 @@ static int adapts(const pinstage_buffer *buf, const pinstage_profile *profile) {
 static void picked(pinstage_buffer *buf, const transfer *t, const ps_adapt_pick *pick, int route, uint64_t start) {
     buf->stats.route_probes += pick->probe;
     buf->stats.route_overrides += pick->overridden;
-    if (start) ps_adapt_record(t->dir, t->bytes, route, ps_adapt_now_ns() - start);
+    if (!start) return;
+    if (pick->probe && route == PINSTAGE_ROUTE_ENGINE && ps_pool_last_woken() && ps_adapt_cold_probe(t->dir, t->bytes))
+        return;
+    ps_adapt_record(t->dir, t->bytes, route, ps_adapt_now_ns() - start);
 }
 
 /* Uploads this small to the pageable route are not asked whether their

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "check.h"
+#include "adapt.h"
 #include "cpus.h"
 #include "pool.h"
 
@@ -520,6 +521,110 @@ static void wakes_only_the_workers_asked_for(void) {
     ps_cpus_set_usable(0);
 }
 
+/* While the pageable route is taken the pool sleeps, so a probe of the
+ * engine pays a wake-up that steady use of it does not: such a probe is
+ * repeated by the next transfer before anything is recorded, once. */
+static ps_adapt_pick next_probe(size_t bytes, ps_plan engine, ps_plan pageable) {
+    ps_adapt_pick p = {engine, 0, 0};
+    for (int i = 0; i < 200 && !p.probe; i++) p = ps_adapt_choose(PS_H2D, bytes, engine, pageable);
+    return p;
+}
+
+static void a_cold_probe_of_the_engine_is_repeated(void) {
+    size_t bytes = 4915200;
+    ps_plan engine = {PINSTAGE_ROUTE_ENGINE, 0, 0}, pageable = {PINSTAGE_ROUTE_PAGEABLE, 0, 0};
+    pinstage_route_reset();
+    pinstage_set_adaptive(1);
+    for (int i = 0; i < 3; i++) {
+        ps_adapt_record(PS_H2D, bytes, PINSTAGE_ROUTE_ENGINE, 400000);
+        ps_adapt_record(PS_H2D, bytes, PINSTAGE_ROUTE_PAGEABLE, 300000);
+    }
+    ps_adapt_pick p = ps_adapt_choose(PS_H2D, bytes, engine, pageable);
+    CHECK_EQ(p.plan.route, PINSTAGE_ROUTE_PAGEABLE);
+    p = next_probe(bytes, engine, pageable);
+    CHECK(p.probe && p.plan.route == PINSTAGE_ROUTE_ENGINE);
+    CHECK_EQ(ps_adapt_cold_probe(PS_H2D, bytes), 1); /* not recorded: the next one probes */
+    p = ps_adapt_choose(PS_H2D, bytes, engine, pageable);
+    CHECK(p.probe && p.plan.route == PINSTAGE_ROUTE_ENGINE);
+    CHECK_EQ(ps_adapt_cold_probe(PS_H2D, bytes), 0); /* cold again: this one counts */
+    ps_adapt_record(PS_H2D, bytes, PINSTAGE_ROUTE_ENGINE, 390000);
+    /* A recorded probe starts over: the next cold one is repeated again. */
+    p = next_probe(bytes, engine, pageable);
+    CHECK(p.probe && p.plan.route == PINSTAGE_ROUTE_ENGINE);
+    CHECK_EQ(ps_adapt_cold_probe(PS_H2D, bytes), 1);
+    p = ps_adapt_choose(PS_H2D, bytes, engine, pageable);
+    CHECK(p.probe && p.plan.route == PINSTAGE_ROUTE_ENGINE);
+    /* Warm, it measures what the engine costs when used: three such win. */
+    for (int i = 0; i < 3; i++) {
+        ps_adapt_record(PS_H2D, bytes, PINSTAGE_ROUTE_ENGINE, 150000);
+        p = ps_adapt_choose(PS_H2D, bytes, engine, pageable);
+    }
+    p = ps_adapt_choose(PS_H2D, bytes, engine, pageable);
+    CHECK_EQ(p.plan.route, PINSTAGE_ROUTE_ENGINE);
+    pinstage_route_info info;
+    CHECK_OK(pinstage_route_get_info(PINSTAGE_H2D, bytes, &info));
+    CHECK_EQ(info.chosen, PINSTAGE_ADAPT_STAGING);
+    /* Off: nothing is held back. */
+    pinstage_set_adaptive(0);
+    CHECK_EQ(ps_adapt_cold_probe(PS_H2D, bytes), 0);
+    pinstage_route_reset();
+}
+
+/* The same through a buffer: with the pageable route taken and the pool
+ * asleep, the probe of the engine wakes it, so the transfer after it
+ * probes again. */
+static void a_buffer_repeats_a_cold_probe(void) {
+    if (!emu) {
+        printf("#   skipped: needs the emulator to make the pageable route the fast one\n");
+        return;
+    }
+    size_t bytes = 4915200;
+    unsigned char *src = malloc(bytes);
+    pinstage_buffer *buf;
+    pinstage_devbuf *dev;
+    REQUIRE_OK(pinstage_buffer_create(&buf));
+    REQUIRE_OK(pinstage_devbuf_alloc_u8(&dev, bytes));
+    fill_pattern(src, bytes, 3);
+    ps_cpus_set_usable(16);
+    ps_cpus_set_probe(no_load);
+    CHECK_OK(pinstage_pool_set_threads(3));
+    pinstage_pool_set_spin_us(0); /* workers sleep as soon as a job is done */
+    CHECK_OK(pinstage_buffer_upload(buf, dev, src, bytes, NULL)); /* pins its memory */
+    pinstage_route_reset();
+    pinstage_set_adaptive(1);
+    emu->set_host_rates(1000, 0); /* the driver's staging of pageable memory costs nothing */
+    for (int i = 0; i < 3; i++) ps_adapt_record(PS_H2D, bytes, PINSTAGE_ROUTE_ENGINE, 1000000000ull);
+    int repeated = 0, probes_seen = 0;
+    pinstage_stats before, after;
+    for (int i = 0; i < 200 && probes_seen < 2; i++) {
+        pinstage_buffer_stats(buf, &before);
+        CHECK_OK(pinstage_buffer_upload(buf, dev, src, bytes, NULL));
+        pinstage_buffer_stats(buf, &after);
+        if (after.route_probes == before.route_probes || after.engine_transfers == before.engine_transfers) continue;
+        probes_seen++;
+        CHECK(ps_pool_last_woken() > 0); /* it had to wake the pool */
+        sleep_ms(2);
+        /* The next transfer probes the engine again. */
+        pinstage_buffer_stats(buf, &before);
+        CHECK_OK(pinstage_buffer_upload(buf, dev, src, bytes, NULL));
+        pinstage_buffer_stats(buf, &after);
+        repeated += after.route_probes == before.route_probes + 1 && after.engine_transfers == before.engine_transfers + 1;
+        /* Put the engine's estimate back out of reach for the next round. */
+        for (int k = 0; k < 8; k++) ps_adapt_record(PS_H2D, bytes, PINSTAGE_ROUTE_ENGINE, 1000000000ull);
+    }
+    CHECK_EQ(probes_seen, 2);
+    CHECK_EQ(repeated, 2);
+    emu->set_host_rates(0, 0);
+    pinstage_set_adaptive(0);
+    pinstage_route_reset();
+    pinstage_pool_set_spin_us(200);
+    CHECK_OK(pinstage_pool_set_threads(PINSTAGE_POOL_AUTO));
+    ps_cpus_set_usable(0);
+    pinstage_buffer_free(buf);
+    pinstage_devbuf_free(dev);
+    free(src);
+}
+
 /* Resizing while other threads post jobs: every job completes, no block
  * runs twice, and no worker outlives the resize. */
 static _Atomic int resize_done;
@@ -570,6 +675,8 @@ int main(void) {
     ps_cpus_set_probe(no_load);
     RUN(resize_while_posting);
     RUN(wakes_only_the_workers_asked_for);
+    RUN(a_cold_probe_of_the_engine_is_repeated);
+    RUN(a_buffer_repeats_a_cold_probe);
     RUN(start_resize_idle_shutdown);
     check_current_test = "no_leaks";
     CHECK_NO_LEAK(before);
