@@ -491,8 +491,8 @@ static int all_parked(void) {
     return 0;
 }
 
-/* A job that asks for 2 helpers wakes 2 of the 8 sleeping workers; the
- * others sleep on (a broadcast woke all 8, and each then spun). */
+/* A job that asks for 2 helpers gets 2 of the 8 sleeping workers up; the
+ * others sleep on (before, all 8 got up and each then spun). */
 static void wakes_only_the_workers_asked_for(void) {
     ps_pool *pool = ps_pool_default();
     ps_cpus_set_usable(16);
@@ -508,7 +508,7 @@ static void wakes_only_the_workers_asked_for(void) {
         CHECK_EQ(ps_pool_last_seats(), 2);
         CHECK(all_parked());
         unsigned long woken = ps_pool_wakeups(pool) - before;
-        if (round == 0) printf("#   a job of 2 helpers woke %lu of 8 sleeping workers\n", woken);
+        if (round == 0) printf("#   a job of 2 helpers got %lu of 8 sleeping workers up\n", woken);
         CHECK(woken >= 1 && woken <= 3);
     }
     /* Every worker still answers a job that wants them all. */
