@@ -88,7 +88,7 @@ struct ps_pool {
     _Atomic int resizing;
     _Atomic int started;
     _Atomic unsigned planned; /* workers when started; UINT32_MAX: not yet known */
-    _Atomic unsigned long wakeups; /* workers that slept and got up (tests) */
+    _Atomic unsigned long wakeups; /* returns from a worker's wait (tests) */
     unsigned tokens;          /* under lock */
     pthread_mutex_t lock;
     pthread_cond_t wake;
@@ -241,10 +241,10 @@ static void park(ps_pool *p) {
      * leaves only with a token: one woken by a signal meant for a worker
      * that was already up goes back to sleep. */
     if (!atomic_load_explicit(&p->stop, memory_order_acquire) && !p->tokens && !any_seat_open(p)) {
-        do
+        do {
             pthread_cond_wait(&p->wake, &p->lock);
-        while (!atomic_load_explicit(&p->stop, memory_order_acquire) && !p->tokens);
-        atomic_fetch_add_explicit(&p->wakeups, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&p->wakeups, 1, memory_order_relaxed);
+        } while (!atomic_load_explicit(&p->stop, memory_order_acquire) && !p->tokens);
     }
     if (p->tokens) {
         p->tokens--;

@@ -104,8 +104,7 @@ unsigned ps_pool_workers(ps_pool *pool);
 unsigned ps_pool_last_woken(void);
 
 /* For tests: the seats the calling thread's last job was given, and how
- * many times a worker that slept got up (returns from the wait that found
- * nothing for it, which POSIX allows, do not count). */
+ * many times a sleeping worker's wait returned. */
 unsigned ps_pool_last_seats(void);
 unsigned long ps_pool_wakeups(ps_pool *pool);
 
