@@ -273,11 +273,12 @@ def main():
     if os.path.exists(f("conditions.json")):
         newer = load(f("conditions.json"))["context"]
         if newer["library_version"] != ctx["library_version"]:
-            add(f"**Two runs, two versions.** The seed's table, the targets of the copy engine, the profile, the sweep,")
-            add(f"the peers, the frame pipeline and the soak come from a run of pinstage {ctx['library_version']} "
-                f"({ctx['date']}); \"Where")
-            add(f"programs run it\" and \"From Python\" from runs of pinstage {newer['library_version']} ({newer['date']}),")
-            add("whose copy engine and built-in profile differ (CHANGELOG.md). Compare within a section.\n")
+            add(f"**Several runs, several versions.** The seed's table, the targets of the copy engine, the profile,")
+            add(f"the sweep, the peers, the frame pipeline and the soak come from a run of pinstage "
+                f"{ctx['library_version']} ({ctx['date']}); \"Where")
+            add(f"programs run it\" from a run of pinstage {newer['library_version']} ({newer['date']}); the other")
+            add("sections name their own run. Their copy engines and built-in profiles differ (CHANGELOG.md):")
+            add("compare within a section.\n")
     if ctx.get("emulated"):
         add("**EMULATED DRIVER: the figures below are not GPU figures.**\n")
     add("## Machine\n")
