@@ -954,7 +954,14 @@ PINSTAGE_API pinstage_status pinstage_route_get_info(pinstage_direction dir, siz
  * (PINSTAGE_POOL_AUTO). A worker spins while a transfer it helps may still
  * open blocks, then for a short while (200 us by default: the next chunk is
  * usually microseconds away), then parks on a condition variable: an idle
- * process uses no CPU. The workers are joined at exit. A node's pool is
+ * process uses no CPU. Transfers that come in a rhythm (a frame loop's, 0.5
+ * to 250 ms apart, one to four a period) would each find the workers
+ * asleep, and a worker asleep for milliseconds can take 40-120 us to get a
+ * CPU back (a VM's idle vCPU): so the workers that helped the last one
+ * sleep through the gap and are woken by a timer 150 us before the next is
+ * due, and spin until shortly after. When the rhythm stops, each gets up
+ * once for the transfer that does not come, then sleeps without a timer
+ * (at most 250 ms after the last). The workers are joined at exit. A node's pool is
  * sized the same way to the node's CPUs. The functions below act on every
  * pool. */
 #define PINSTAGE_POOL_AUTO ((unsigned)-1)
@@ -965,7 +972,8 @@ PINSTAGE_API pinstage_status pinstage_route_get_info(pinstage_direction dir, siz
  * next use. INVALID_VALUE above 255. */
 PINSTAGE_API pinstage_status pinstage_pool_set_threads(unsigned workers);
 /* How long an idle worker spins before it parks, in microseconds (at most
- * one second). */
+ * one second). 0 also turns off the timed wake-up ahead of a rhythm's next
+ * transfer. */
 PINSTAGE_API void pinstage_pool_set_spin_us(unsigned spin_us);
 /* Stops and joins the workers (waiting for a transfer using them); the next
  * engine transfer starts them again. */

@@ -35,10 +35,27 @@
  *    reads `resizing`, so no job is posted while workers start or stop.
  *    `threads`, `nthreads`, `configured` are under `admin`; `started` is
  *    written under `admin` and read without it (atomic).
+ *  - `rhythm` (atomics): the start times of the last RHYTHM posted jobs, a
+ *    ring written by posters (`rhythm_n` counts them, relaxed stores) and
+ *    read by parking workers. A torn or stale read only spoils a guess:
+ *    the guess is checked for order and consistency and is never needed
+ *    for a job to run.
  * A worker spins while a job it is seated in may still open blocks (the
  * engine's next chunk is microseconds away), then for spin_ns after its
  * last block (WOKEN_SPIN_NS after a wake-up that brought none), then
- * parks: an idle process uses no CPU. */
+ * parks: an idle process uses no CPU.
+ *
+ * Jobs that come in a rhythm (a frame loop's transfers every few
+ * milliseconds) would each find the workers asleep, and a worker asleep
+ * that long takes 40-120 us to get a CPU back on the lent H200 machine's
+ * VM, most of a 4.7 MiB transfer's time. So a worker that helped the last
+ * job and sees the posted jobs recur at a steady period (one to four jobs
+ * a period, 0.5-250 ms) parks at once instead of spinning, with a timer
+ * that gets it up ANTICIPATE_NS before the next job is due, and spins from
+ * then until shortly after: the wake-up overlaps the program's own idle
+ * time. When the rhythm stops, the one guess that finds no job leaves the
+ * workers parked without a timer, so an idle process still uses no CPU
+ * (at most one spin of each worker, at most 250 ms after the last job). */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -48,6 +65,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
 
 #include "cpus.h"
 #include "numa.h"
@@ -58,6 +78,17 @@
 #define MAX_JOBS 16u
 #define DEFAULT_SPIN_NS 200000u /* 200 us */
 #define WOKEN_SPIN_NS 20000u    /* 20 us */
+
+/* Rhythm: start times kept; the periods a rhythm may have; how long before
+ * a due job a worker gets up (its wake-up latency, 40-120 us measured, with
+ * room) and how long after it spins on; the most jitter a rhythm may have
+ * (more makes the spin it costs longer than the wake-up it saves). */
+#define RHYTHM 8u
+#define RHYTHM_MIN_NS 500000u    /* 0.5 ms: shorter gaps are covered by the spin */
+#define RHYTHM_MAX_NS 250000000u /* 250 ms */
+#define ANTICIPATE_NS 150000u
+#define OVERSTAY_NS 50000u
+#define RHYTHM_JITTER_NS 250000u
 
 /* The state word. */
 #define GEN_MASK 0x7fffffffu
@@ -89,6 +120,9 @@ struct ps_pool {
     _Atomic int started;
     _Atomic unsigned planned; /* workers when started; UINT32_MAX: not yet known */
     _Atomic unsigned long wakeups; /* returns from a worker's wait (tests) */
+    _Atomic unsigned long early;   /* waits a worker's timer ended (tests) */
+    _Atomic uint64_t rhythm[RHYTHM];
+    _Atomic unsigned rhythm_n;
     unsigned tokens;          /* under lock */
     pthread_mutex_t lock;
     pthread_cond_t wake;
@@ -230,7 +264,67 @@ static int any_seat_open(ps_pool *p) {
     return 0;
 }
 
-static void park(ps_pool *p) {
+/* ---- Rhythm ------------------------------------------------------------------- */
+
+static void note_job(ps_pool *p, uint64_t at) {
+    unsigned i = atomic_fetch_add_explicit(&p->rhythm_n, 1, memory_order_relaxed);
+    atomic_store_explicit(&p->rhythm[i % RHYTHM], at, memory_order_relaxed);
+}
+
+/* When the next job is due (monotonic ns) if the last ones came in a
+ * rhythm: m jobs a period (1-4), each of the last max(m, 3) periods within
+ * the jitter allowed of their mean; 0 if they did not. *jitter: the spread
+ * of those periods. */
+static uint64_t next_job_due(ps_pool *p, uint64_t *jitter) {
+    unsigned n = atomic_load_explicit(&p->rhythm_n, memory_order_relaxed);
+    unsigned have = n < RHYTHM ? n : RHYTHM;
+    uint64_t t[RHYTHM]; /* newest first */
+    for (unsigned j = 0; j < have; j++) {
+        t[j] = atomic_load_explicit(&p->rhythm[(n - 1 - j) % RHYTHM], memory_order_relaxed);
+        /* Posters racing each other (or this read) leave times out of order:
+         * no guess from those. */
+        if (j && t[j] > t[j - 1]) return 0;
+    }
+    for (unsigned m = 1; m <= 4; m++) {
+        unsigned k = m < 3 ? 3 : m; /* periods compared */
+        if (k - 1 + m >= have) break;
+        uint64_t sum = 0, lo = UINT64_MAX, hi = 0;
+        for (unsigned j = 0; j < k; j++) {
+            uint64_t d = t[j] - t[j + m];
+            sum += d;
+            if (d < lo) lo = d;
+            if (d > hi) hi = d;
+        }
+        uint64_t period = sum / k, spread = hi - lo;
+        if (period < RHYTHM_MIN_NS || period > RHYTHM_MAX_NS || spread > RHYTHM_JITTER_NS || spread > period / 8)
+            continue;
+        /* The job after the newest is the one a period after the job m-1 before it. */
+        *jitter = spread;
+        return t[m - 1] + period;
+    }
+    return 0;
+}
+
+static struct timespec realtime_at(uint64_t monotonic_ns) {
+    struct timespec rt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    uint64_t now = now_ns(), in = monotonic_ns > now ? monotonic_ns - now : 0;
+    uint64_t ns = (uint64_t)rt.tv_nsec + in % 1000000000u;
+    rt.tv_sec += (time_t)(in / 1000000000u + ns / 1000000000u);
+    rt.tv_nsec = (long)(ns % 1000000000u);
+    return rt;
+}
+
+/* ---- Parking ------------------------------------------------------------------- */
+
+/* How park() ended: it did not sleep (a token or an open seat was there
+ * already, or the pool is stopping), a token woke it, or its own timer did. */
+enum { PARK_SKIPPED, PARK_WOKEN, PARK_TIMER };
+
+/* Sleeps until granted a token (or stopped), or, given a time (monotonic
+ * ns), until then at the latest. */
+static int park(ps_pool *p, uint64_t wake_at) {
+    int how = PARK_SKIPPED;
     pthread_mutex_lock(&p->lock);
     atomic_fetch_add_explicit(&p->sleepers, 1, memory_order_seq_cst);
     atomic_fetch_sub_explicit(&p->awake, 1, memory_order_relaxed);
@@ -238,13 +332,21 @@ static void park(ps_pool *p) {
     atomic_thread_fence(memory_order_seq_cst);
     /* A seat open now is taken without waiting (the poster may have looked
      * for sleepers before this one counted itself). Once asleep, a worker
-     * leaves only with a token: one woken by a signal meant for a worker
-     * that was already up goes back to sleep. */
+     * leaves only with a token or at its time: one woken by a signal meant
+     * for a worker that was already up goes back to sleep. */
     if (!atomic_load_explicit(&p->stop, memory_order_acquire) && !p->tokens && !any_seat_open(p)) {
+        struct timespec until = realtime_at(wake_at);
+        how = PARK_WOKEN;
         do {
-            pthread_cond_wait(&p->wake, &p->lock);
+            if (!wake_at) {
+                pthread_cond_wait(&p->wake, &p->lock);
+            } else if (pthread_cond_timedwait(&p->wake, &p->lock, &until) == ETIMEDOUT) {
+                how = PARK_TIMER;
+                break;
+            }
             atomic_fetch_add_explicit(&p->wakeups, 1, memory_order_relaxed);
         } while (!atomic_load_explicit(&p->stop, memory_order_acquire) && !p->tokens);
+        if (how == PARK_TIMER) atomic_fetch_add_explicit(&p->early, 1, memory_order_relaxed);
     }
     if (p->tokens) {
         p->tokens--;
@@ -261,6 +363,7 @@ static void park(ps_pool *p) {
     atomic_fetch_add_explicit(&p->awake, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&p->sleepers, 1, memory_order_seq_cst);
     pthread_mutex_unlock(&p->lock);
+    return how;
 }
 
 /* From this many wake-ups one broadcast: the workers then start together,
@@ -269,12 +372,23 @@ static void park(ps_pool *p) {
  * for most of its time. Those woken without a token sleep again at once. */
 #define BROADCAST_FROM 4u
 
-/* Grants up to `n` parked workers a wake-up: for a few, one signal now and
- * the rest passed on by the workers it wakes (park); for more, a
- * broadcast. Returns how many were granted. */
-static unsigned wake(ps_pool *p, unsigned n) {
+/* Grants up to `n` parked workers a wake-up (for a job with `seated`
+ * workers already): for a few, one signal now and the rest passed on by
+ * the workers it wakes (park); for more, a broadcast. Returns how many
+ * were granted. */
+static unsigned wake(ps_pool *p, unsigned n, unsigned seated) {
     atomic_thread_fence(memory_order_seq_cst);
     if (!n || !atomic_load_explicit(&p->sleepers, memory_order_seq_cst)) return 0;
+    /* The only job in progress: workers up now (spinning after the last
+     * one, or up for a rhythm's next) take its seats, so fewer sleepers are
+     * needed. One that is about to park sees the job (park rescans after
+     * counting itself, the fences pair with this one). */
+    if (atomic_load_explicit(&p->callers, memory_order_relaxed) <= 1) {
+        unsigned up = atomic_load_explicit(&p->awake, memory_order_seq_cst);
+        unsigned idle = up > seated ? up - seated : 0;
+        n = n > idle ? n - idle : 0;
+        if (!n) return 0;
+    }
     pthread_mutex_lock(&p->lock);
     unsigned sleeping = atomic_load_explicit(&p->sleepers, memory_order_relaxed);
     unsigned spare = sleeping > p->tokens ? sleeping - p->tokens : 0;
@@ -296,12 +410,19 @@ unsigned ps_pool_last_woken(void) { return last_woken; }
 
 unsigned long ps_pool_wakeups(ps_pool *p) { return atomic_load_explicit(&p->wakeups, memory_order_relaxed); }
 
+unsigned long ps_pool_early_wakeups(ps_pool *p) { return atomic_load_explicit(&p->early, memory_order_relaxed); }
+
 unsigned ps_pool_thread_index(void) { return thread_index; }
 
 static void *worker_main(void *arg) {
     worker_arg *a = arg;
     ps_pool *p = a->pool;
     thread_index = a->index + 1;
+#if defined(PR_SET_TIMERSLACK)
+    /* Timed wake-ups (a rhythm's next job) land within a microsecond of
+     * their time, not the default 50. */
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
+#endif
     uint32_t seated[MAX_JOBS]; /* the generation seated in per slot; 0: none (generations start at 1) */
     memset(seated, 0, sizeof seated);
     uint64_t idle_since = now_ns();
@@ -310,6 +431,7 @@ static void *worker_main(void *arg) {
      * wake-up that brought no block (the job's seats went to others). */
     uint64_t patience = atomic_load_explicit(&p->spin_ns, memory_order_relaxed);
     unsigned polls = 0;
+    int helped = 0; /* ran blocks since it last parked */
     while (!atomic_load_explicit(&p->stop, memory_order_acquire)) {
         unsigned ran = 0;
         int live = 0;
@@ -330,17 +452,42 @@ static void *worker_main(void *arg) {
             idle_since = now_ns();
             patience = atomic_load_explicit(&p->spin_ns, memory_order_relaxed);
             polls = 0;
+            helped = 1;
             continue;
         }
         /* Reading the clock every poll would slow the poll; every 64th is enough. */
-        if (live || (++polls & 63u) || now_ns() - idle_since < patience) {
+        if (live || (++polls & 63u)) {
             cpu_relax();
             continue;
         }
-        park(p);
+        uint64_t now = now_ns(), spin_end = idle_since + patience, jitter = 0;
+        /* A helper of jobs that come in a rhythm sleeps through the gap to
+         * the next one, if its spin would not reach it, and is up and
+         * spinning from just before the job is due until just after. */
+        uint64_t due = helped && atomic_load_explicit(&p->spin_ns, memory_order_relaxed) ? next_job_due(p, &jitter) : 0;
+        uint64_t wake_at = due ? due - ANTICIPATE_NS - jitter : 0, stay = due + OVERSTAY_NS + jitter;
+        if (due && now >= wake_at && now < stay) {
+            cpu_relax();
+            continue;
+        }
+        if (!(due && now < wake_at && spin_end < wake_at)) {
+            if (now < spin_end) {
+                cpu_relax();
+                continue;
+            }
+            wake_at = 0; /* the spin is over and no job is due: sleep until woken */
+        }
+        int how = park(p, wake_at);
         idle_since = now_ns();
-        patience = atomic_load_explicit(&p->spin_ns, memory_order_relaxed);
-        if (patience > WOKEN_SPIN_NS) patience = WOKEN_SPIN_NS;
+        if (how == PARK_TIMER) {
+            patience = stay > idle_since ? stay - idle_since : 0;
+        } else {
+            patience = atomic_load_explicit(&p->spin_ns, memory_order_relaxed);
+            if (patience > WOKEN_SPIN_NS) patience = WOKEN_SPIN_NS;
+        }
+        /* A worker that did not sleep (it took a token another was woken
+         * for) still knows the rhythm. */
+        if (how != PARK_SKIPPED) helped = 0;
     }
     atomic_fetch_sub_explicit(&p->awake, 1, memory_order_relaxed);
     return NULL;
@@ -477,7 +624,9 @@ void ps_job_start(ps_pool *p, ps_job *job, size_t count, size_t limit, unsigned 
     atomic_store_explicit(&s->done, 0, memory_order_relaxed);
     atomic_store_explicit(&s->seats, SEATS_PACK(gen, 0), memory_order_release);
     atomic_store_explicit(&s->state, PACK(gen, limit == count, 0, limit), memory_order_seq_cst);
-    if (s != &job->local && limit) last_woken = wake(p, job->seats);
+    if (s == &job->local) return;
+    note_job(p, now_ns());
+    if (limit) last_woken = wake(p, job->seats, 0);
 }
 
 void ps_job_open(ps_job *job, size_t limit) {
@@ -491,7 +640,7 @@ void ps_job_open(ps_job *job, size_t limit) {
     /* Seated workers are spinning for it; parked ones wake if seats are free. */
     if (s != &job->local) {
         uint64_t w = atomic_load_explicit(&s->seats, memory_order_relaxed);
-        if ((uint32_t)w < job->seats) last_woken += wake(job->pool, job->seats - (uint32_t)w);
+        if ((uint32_t)w < job->seats) last_woken += wake(job->pool, job->seats - (uint32_t)w, (uint32_t)w);
     }
 }
 
@@ -682,6 +831,7 @@ static void reset_in_child(ps_pool *p, void *arg) {
     atomic_store(&p->sleepers, 0);
     atomic_store(&p->parked, 0);
     atomic_store(&p->resizing, 0);
+    atomic_store(&p->rhythm_n, 0);
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->wake, NULL);
     pthread_mutex_unlock(&p->admin);

@@ -107,5 +107,7 @@ unsigned ps_pool_last_woken(void);
  * many times a sleeping worker's wait returned. */
 unsigned ps_pool_last_seats(void);
 unsigned long ps_pool_wakeups(ps_pool *pool);
+/* For tests: waits that a worker's own timer ended (a rhythm's next job due). */
+unsigned long ps_pool_early_wakeups(ps_pool *pool);
 
 #endif

@@ -553,6 +553,65 @@ static void wakes_only_the_workers_asked_for(void) {
     ps_cpus_set_usable(0);
 }
 
+/* Jobs in a rhythm (a frame loop's transfers, here every 4 ms): the
+ * workers that helped sleep through the gap on a timer that gets them up
+ * just before the next job is due, so it finds workers awake (it has to
+ * wake fewer than its seats); without that every job would find all four
+ * asleep (they spin 200 us). When the jobs stop,
+ * each worker gets up once more for the job that does not come, then sleeps
+ * without a timer: an idle pool uses no CPU. */
+static void brief_block(void *arg, size_t i) {
+    (void)arg;
+    (void)i;
+    spin_us(20);
+}
+
+static void wakes_ahead_of_jobs_in_a_rhythm(void) {
+    ps_pool *pool = ps_pool_default();
+    /* The machine's own CPUs (not the suite's PINSTAGE_CPUS): more spinning
+     * workers than CPUs would keep the poster itself from running on time. */
+    cpu_set_t mine;
+    CHECK(sched_getaffinity(0, sizeof mine, &mine) == 0);
+    ps_cpus_set_usable((unsigned)CPU_COUNT(&mine));
+    ps_cpus_set_probe(no_load);
+    CHECK_OK(pinstage_pool_set_threads(4));
+    pinstage_pool_set_spin_us(200);
+    const long period_ns = 4000000;
+    struct timespec due;
+    clock_gettime(CLOCK_MONOTONIC, &due);
+    unsigned found_awake = 0, timed = 0;
+    unsigned long early_before = ps_pool_early_wakeups(pool);
+    for (int i = 0; i < 30; i++) {
+        due.tv_nsec += period_ns;
+        if (due.tv_nsec >= 1000000000L) due.tv_sec++, due.tv_nsec -= 1000000000L;
+        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &due, NULL);
+        ps_pool_run(pool, 32, 4, brief_block, NULL);
+        if (i >= 10) {
+            timed++;
+            found_awake += ps_pool_last_woken() < ps_pool_last_seats();
+        }
+    }
+    unsigned long early = ps_pool_early_wakeups(pool) - early_before;
+    printf("#   %u of %u jobs in a 4 ms rhythm found workers up (seats %u); %lu timed wake-ups\n", found_awake, timed,
+           ps_pool_last_seats(), early);
+    CHECK(early >= 1);
+#if !UNDER_TSAN
+    /* Timing under ThreadSanitizer is too slow to hold a 4 ms rhythm. */
+    CHECK(found_awake >= timed / 4); /* none without the timer */
+#endif
+    /* The rhythm stops: one more timed wake-up per worker at most, then none. */
+    unsigned long at_last_job = ps_pool_early_wakeups(pool);
+    sleep_ms(40);
+    CHECK(all_parked());
+    unsigned long early_after = ps_pool_early_wakeups(pool), wakeups_after = ps_pool_wakeups(pool);
+    CHECK(early_after - at_last_job <= 4);
+    sleep_ms(100);
+    CHECK_EQ(ps_pool_early_wakeups(pool), early_after);
+    CHECK_EQ(ps_pool_wakeups(pool), wakeups_after);
+    CHECK_OK(pinstage_pool_set_threads(PINSTAGE_POOL_AUTO));
+    ps_cpus_set_usable(0);
+}
+
 /* While the pageable route is taken the pool sleeps, so a probe of the
  * engine pays a wake-up that steady use of it does not: such a probe is
  * repeated by the next transfer before anything is recorded, once. */
@@ -711,6 +770,7 @@ int main(void) {
     ps_cpus_set_probe(no_load);
     RUN(resize_while_posting);
     RUN(wakes_only_the_workers_asked_for);
+    RUN(wakes_ahead_of_jobs_in_a_rhythm);
     RUN(a_cold_probe_of_the_engine_is_repeated);
     RUN(a_buffer_repeats_a_cold_probe);
     RUN(start_resize_idle_shutdown);
