@@ -52,7 +52,8 @@
  * job and sees the posted jobs recur at a steady period (one to four jobs
  * a period, 0.5-250 ms) parks at once instead of spinning, with a timer
  * that gets it up ANTICIPATE_NS before the next job is due, and spins from
- * then until shortly after: the wake-up overlaps the program's own idle
+ * then until OVERSTAY_NS after (both widened by the rhythm's jitter): the
+ * wake-up overlaps the program's own idle
  * time. When the rhythm stops, the one guess that finds no job leaves the
  * workers parked without a timer, so an idle process still uses no CPU
  * (at most one spin of each worker, at most 250 ms after the last job). */
@@ -87,7 +88,7 @@
 #define RHYTHM_MIN_NS 500000u    /* 0.5 ms: shorter gaps are covered by the spin */
 #define RHYTHM_MAX_NS 250000000u /* 250 ms */
 #define ANTICIPATE_NS 150000u
-#define OVERSTAY_NS 50000u
+#define OVERSTAY_NS 100000u
 #define RHYTHM_JITTER_NS 250000u
 
 /* The state word. */
@@ -272,9 +273,9 @@ static void note_job(ps_pool *p, uint64_t at) {
 }
 
 /* When the next job is due (monotonic ns) if the last ones came in a
- * rhythm: m jobs a period (1-4), each of the last max(m, 3) periods within
- * the jitter allowed of their mean; 0 if they did not. *jitter: the spread
- * of those periods. */
+ * rhythm: m jobs a period (1-4), the last few periods (5 for one job a
+ * period, else max(m, 3)) within the jitter allowed; 0 if they did not.
+ * *jitter: the spread of those periods. */
 static uint64_t next_job_due(ps_pool *p, uint64_t *jitter) {
     unsigned n = atomic_load_explicit(&p->rhythm_n, memory_order_relaxed);
     unsigned have = n < RHYTHM ? n : RHYTHM;
@@ -286,7 +287,7 @@ static uint64_t next_job_due(ps_pool *p, uint64_t *jitter) {
         if (j && t[j] > t[j - 1]) return 0;
     }
     for (unsigned m = 1; m <= 4; m++) {
-        unsigned k = m < 3 ? 3 : m; /* periods compared */
+        unsigned k = m == 1 ? 5 : m < 3 ? 3 : m; /* periods compared */
         if (k - 1 + m >= have) break;
         uint64_t sum = 0, lo = UINT64_MAX, hi = 0;
         for (unsigned j = 0; j < k; j++) {
@@ -465,7 +466,9 @@ static void *worker_main(void *arg) {
          * the next one, if its spin would not reach it, and is up and
          * spinning from just before the job is due until just after. */
         uint64_t due = helped && atomic_load_explicit(&p->spin_ns, memory_order_relaxed) ? next_job_due(p, &jitter) : 0;
-        uint64_t wake_at = due ? due - ANTICIPATE_NS - jitter : 0, stay = due + OVERSTAY_NS + jitter;
+        /* A late job costs a wake-up, an early spin only CPU: the window
+         * reaches further past the time due than before it. */
+        uint64_t wake_at = due ? due - ANTICIPATE_NS - jitter : 0, stay = due + OVERSTAY_NS + 2 * jitter;
         if (due && now >= wake_at && now < stay) {
             cpu_relax();
             continue;
