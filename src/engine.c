@@ -60,6 +60,13 @@ static size_t chunk_bytes(size_t bytes, const ps_plan *plan) {
     return chunk < bytes ? chunk : bytes;
 }
 
+ps_plan ps_engine_plan_shared(ps_plan plan, ps_direction dir, size_t bytes, unsigned others) {
+    if (!others || dir != PS_D2H || plan.route != PINSTAGE_ROUTE_ENGINE) return plan;
+    if (chunk_bytes(bytes, &plan) < PS_ENGINE_SHARED_D2H_CHUNK && bytes > PS_ENGINE_SHARED_D2H_CHUNK)
+        plan.chunk = PS_ENGINE_SHARED_D2H_CHUNK;
+    return plan;
+}
+
 size_t ps_engine_footprint(size_t bytes, const ps_plan *plan) {
     size_t chunk = chunk_bytes(bytes, plan);
     size_t ring = chunk * PS_ENGINE_SLOTS;

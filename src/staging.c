@@ -416,8 +416,11 @@ static pinstage_status pageable_copy(const transfer *t, int *refused) {
 /* Staged by one copy or the engine. Sets *unpinnable when the failure was
  * getting pinned memory at all (the caller may then fall back), *pinned
  * when the transfer had to pin a block first (its time is no measurement). */
-static pinstage_status engine_copy(const transfer *t, const ps_plan *plan, int *unpinnable, int *pinned) {
+static pinstage_status engine_copy(const transfer *t, const ps_plan *chosen, int *unpinnable, int *pinned) {
     pinstage_buffer *buf = t->buf;
+    ps_pool *pool = ps_binding_pool(&buf->binding);
+    ps_plan use = ps_engine_plan_shared(*chosen, t->dir, t->bytes, ps_pool_callers(pool));
+    const ps_plan *plan = &use;
     pinning p;
     pinstage_status s = pin(buf, t->d, ps_engine_footprint(t->bytes, plan), 1, &p, t->caller);
     *unpinnable = s == PINSTAGE_ERROR_OUT_OF_MEMORY;
@@ -425,7 +428,6 @@ static pinstage_status engine_copy(const transfer *t, const ps_plan *plan, int *
     if (s) return s;
     ps_stage stage = {pinned_ptr(buf, &p), buf->events};
     int in_flight = 0;
-    ps_pool *pool = ps_binding_pool(&buf->binding);
     s = t->dir == PS_H2D ? ps_engine_h2d(t->d, pool, &stage, t->dev, t->host, t->bytes, t->stream, plan, &in_flight,
                                          t->caller)
                          : ps_engine_d2h(t->d, pool, &stage, t->host, t->dev, t->bytes, t->stream, plan, &in_flight,

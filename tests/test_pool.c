@@ -23,6 +23,7 @@
 #define UNDER_TSAN 0
 #endif
 #include "cpus.h"
+#include "engine.h"
 #include "pool.h"
 
 static double now_s(void) {
@@ -612,6 +613,57 @@ static void wakes_ahead_of_jobs_in_a_rhythm(void) {
     ps_cpus_set_usable(0);
 }
 
+/* Several downloads at once take chunks of at least 1 MiB (fewer driver
+ * calls each): the rule, then a buffer's download while another job holds
+ * the pool, which pins that larger footprint, against one alone. */
+static void noop_block(void *arg, size_t i) {
+    (void)arg;
+    (void)i;
+}
+
+static void downloads_beside_others_take_larger_chunks(void) {
+    const size_t K = 1024, M = 1024 * 1024, bytes = 4915200;
+    ps_plan engine = {PINSTAGE_ROUTE_ENGINE, 256 * K, 0}, pageable = {PINSTAGE_ROUTE_PAGEABLE, 0, 0};
+    CHECK_EQ(ps_engine_plan_shared(engine, PS_D2H, bytes, 0).chunk, 256 * K);
+    CHECK_EQ(ps_engine_plan_shared(engine, PS_D2H, bytes, 1).chunk, M);
+    CHECK_EQ(ps_engine_plan_shared(engine, PS_H2D, bytes, 3).chunk, 256 * K);
+    CHECK_EQ(ps_engine_plan_shared(engine, PS_D2H, 768 * K, 3).chunk, 256 * K);
+    CHECK_EQ(ps_engine_plan_shared(pageable, PS_D2H, bytes, 3).route, PINSTAGE_ROUTE_PAGEABLE);
+    ps_plan big = {PINSTAGE_ROUTE_ENGINE, 8 * M, 8};
+    CHECK_EQ(ps_engine_plan_shared(big, PS_D2H, 64 * M, 3).chunk, 8 * M);
+
+    unsigned char *host = malloc(bytes), *back = malloc(bytes);
+    pinstage_buffer *beside, *alone;
+    pinstage_devbuf *dev;
+    REQUIRE_OK(pinstage_buffer_create(&beside));
+    REQUIRE_OK(pinstage_buffer_create(&alone));
+    REQUIRE_OK(pinstage_devbuf_alloc_u8(&dev, bytes));
+    fill_pattern(host, bytes, 11);
+    REQUIRE_OK(pinstage_devbuf_copy_from_host(dev, host, bytes));
+    /* Another transfer's job in progress (nothing open yet). */
+    ps_job other;
+    ps_job_start(ps_pool_default(), &other, 1, 0, 0, noop_block, NULL);
+    memset(back, 0, bytes);
+    CHECK_OK(pinstage_buffer_download(beside, back, bytes, dev, NULL));
+    CHECK(memcmp(back, host, bytes) == 0);
+    ps_job_finish(&other);
+    memset(back, 0, bytes);
+    CHECK_OK(pinstage_buffer_download(alone, back, bytes, dev, NULL));
+    CHECK(memcmp(back, host, bytes) == 0);
+    pinstage_placement with_other, by_itself;
+    CHECK_OK(pinstage_buffer_get_placement(beside, &with_other));
+    CHECK_OK(pinstage_buffer_get_placement(alone, &by_itself));
+    printf("#   pinned for a 4.7 MiB download: %zu bytes beside another transfer, %zu alone\n",
+           with_other.pinned_bytes, by_itself.pinned_bytes);
+    CHECK(with_other.pinned_bytes >= 4 * M);
+    CHECK(by_itself.pinned_bytes < 4 * M);
+    pinstage_devbuf_free(dev);
+    pinstage_buffer_free(beside);
+    pinstage_buffer_free(alone);
+    free(host);
+    free(back);
+}
+
 /* While the pageable route is taken the pool sleeps, so a probe of the
  * engine pays a wake-up that steady use of it does not: such a probe is
  * repeated by the next transfer before anything is recorded, once. */
@@ -771,6 +823,7 @@ int main(void) {
     RUN(resize_while_posting);
     RUN(wakes_only_the_workers_asked_for);
     RUN(wakes_ahead_of_jobs_in_a_rhythm);
+    RUN(downloads_beside_others_take_larger_chunks);
     RUN(a_cold_probe_of_the_engine_is_repeated);
     RUN(a_buffer_repeats_a_cold_probe);
     RUN(start_resize_idle_shutdown);
