@@ -956,7 +956,7 @@ PINSTAGE_API pinstage_status pinstage_route_get_info(pinstage_direction dir, siz
  * usually microseconds away), then parks on a condition variable: an idle
  * process uses no CPU. Transfers that come in a rhythm (a frame loop's, 0.5
  * to 250 ms apart, one to four a period) would each find the workers
- * asleep, and a worker asleep for milliseconds can take 40-120 us to get a
+ * asleep, and a worker asleep for milliseconds can take 40-130 us to get a
  * CPU back (a VM's idle vCPU): so the workers that helped the last one
  * sleep through the gap and are woken by a timer 150 us before the next is
  * due, and spin until shortly after. When the rhythm stops, each gets up

@@ -47,7 +47,7 @@
  *
  * Jobs that come in a rhythm (a frame loop's transfers every few
  * milliseconds) would each find the workers asleep, and a worker asleep
- * that long takes 40-120 us to get a CPU back on the lent H200 machine's
+ * that long takes 40-130 us to get a CPU back on the lent H200 machine's
  * VM, most of a 4.7 MiB transfer's time. So a worker that helped the last
  * job and sees the posted jobs recur at a steady period (one to four jobs
  * a period, 0.5-250 ms) parks at once instead of spinning, with a timer
@@ -81,7 +81,7 @@
 #define WOKEN_SPIN_NS 20000u    /* 20 us */
 
 /* Rhythm: start times kept; the periods a rhythm may have; how long before
- * a due job a worker gets up (its wake-up latency, 40-120 us measured, with
+ * a due job a worker gets up (its wake-up latency, 40-130 us measured, with
  * room) and how long after it spins on; the most jitter a rhythm may have
  * (more makes the spin it costs longer than the wake-up it saves). */
 #define RHYTHM 8u
