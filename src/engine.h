@@ -21,9 +21,9 @@ typedef struct ps_stage {
  * progress): chunks of at least PS_ENGINE_SHARED_D2H_CHUNK. Each chunk is a
  * DMA, an event and queries, and eight threads making those calls for
  * 256 KiB chunks of 4.7 MiB downloads moved 27.8 GB/s together on the H200
- * machine, 38.4 GB/s with 1 MiB chunks. Uploads keep theirs (their ramped
- * schedule lost more than the calls cost). Decide before sizing the pinned
- * memory: the footprint follows the chunk. */
+ * machine, 38.4 GB/s with 1 MiB chunks. Uploads keep their profile's: with
+ * a fixed 256 KiB or 1 MiB chunk they lost a third or more. Decide before
+ * sizing the pinned memory: the footprint follows the chunk. */
 #define PS_ENGINE_SHARED_D2H_CHUNK ((size_t)1 << 20)
 ps_plan ps_engine_plan_shared(ps_plan plan, ps_direction dir, size_t bytes, unsigned others);
 

@@ -336,7 +336,8 @@ static int park(ps_pool *p, uint64_t wake_at) {
      * leaves only with a token or at its time: one woken by a signal meant
      * for a worker that was already up goes back to sleep. */
     if (!atomic_load_explicit(&p->stop, memory_order_acquire) && !p->tokens && !any_seat_open(p)) {
-        struct timespec until = realtime_at(wake_at);
+        struct timespec until = {0, 0};
+        if (wake_at) until = realtime_at(wake_at);
         how = PARK_WOKEN;
         do {
             if (!wake_at) {
