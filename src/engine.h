@@ -3,7 +3,8 @@
  * is cut into chunks that flow through up to PS_ENGINE_SLOTS slots of the
  * buffer's pinned memory, each slot guarded by an event. While the DMA of
  * chunk k runs, the pool copies chunk k+1 into the next free slot (downloads
- * mirror it: the DMA of chunk k+1 runs while chunk k is copied out). */
+ * mirror it: the DMA of chunk k+1 runs while chunk k is copied out). A
+ * transfer shorter than the slots gives each chunk a place of its own. */
 #ifndef PINSTAGE_ENGINE_H
 #define PINSTAGE_ENGINE_H
 

@@ -78,11 +78,65 @@ static void every_chunk_boundary_moves_exact_bytes(void) {
 static void ramped_transfers_move_exact_bytes(void) {
     pinstage_buffer *buf = engine_buffer(1 * M, 0);
     round_trip(buf, 6 * M + 7, 1200, nonblocking);
-    round_trip(buf, 2 * M + 1, 1202, blocking); /* too short for a ramp */
+    round_trip(buf, 2 * M + 1, 1202, blocking); /* fits the stage: downloads ramp, each chunk its own place */
+    round_trip(buf, 1 * M + 1, 1203, nonblocking); /* download: 256 KiB, 512 KiB + 1, 256 KiB */
     round_trip(buf, 9 * M - 3, 1204, NULL);
     round_trip(buf, 4 * M, 1206, nonblocking);
     CHECK_EQ(pinstage_buffer_capacity(buf), 4 * M);
     pinstage_buffer_free(buf);
+}
+
+/* A transfer shorter than the ring of four chunks fits the stage whole,
+ * each chunk at its own offset, and the pinned memory is the transfer's
+ * size. An upload (4.7 MiB in 2 MiB chunks: three) waits on no slot and
+ * records one event; a download's chunks ramp (256 KiB, 512 KiB, 1 MiB,
+ * the rest, 1 MiB, 512 KiB, 256 KiB). Slow DMAs make a chunk placed over
+ * another, or a download's chunk opened before its own DMA landed, show up
+ * as wrong bytes. */
+static void a_transfer_that_fits_the_stage_ramps_in_place(void) {
+    size_t bytes = 4915200;
+    if (emu) emu->set_timing(300, 2);
+    for (unsigned t = 0; t < 3; t++) {
+        pinstage_buffer *buf = engine_buffer(2 * M, t == 0 ? 1 : t == 1 ? 3 : 0);
+        CUstream stream = t % 2 ? blocking : nonblocking;
+        pinstage_devbuf *d;
+        unsigned char *src = malloc(bytes), *back = malloc(bytes);
+        REQUIRE_OK(pinstage_devbuf_alloc_u8(&d, bytes));
+        fill_pattern(src, bytes, 1400 + t);
+        if (emu) emu->reset_calls();
+        CHECK_OK(pinstage_buffer_upload(buf, d, src, bytes, stream));
+        if (emu) {
+            CHECK_EQ(emu->calls("cuMemcpyHtoDAsync"), 3);
+            CHECK_EQ(emu->calls("cuEventRecord"), 1);
+            /* No slot to wait for: no event is asked about before the last DMA. */
+            const char *calls[256];
+            size_t made = emu->trace(calls, 256), last_dma = 0, first_query = made;
+            for (size_t i = 0; i < made && i < 256; i++) {
+                if (!strcmp(calls[i], "cuMemcpyHtoDAsync")) last_dma = i;
+                if (!strcmp(calls[i], "cuEventQuery") && first_query == made) first_query = i;
+            }
+            CHECK(first_query > last_dma);
+        }
+        memset(back, 0, bytes);
+        read_landed(d, back);
+        CHECK_EQ(pattern_mismatch(back, bytes, 1400 + t), -1);
+        fill_pattern(src, bytes, 1410 + t);
+        write_device(d, src);
+        memset(back, 0, bytes);
+        if (emu) emu->reset_calls();
+        CHECK_OK(pinstage_buffer_download(buf, back, bytes, d, stream));
+        if (emu) {
+            CHECK_EQ(emu->calls("cuMemcpyDtoHAsync"), 7);
+            CHECK_EQ(emu->calls("cuEventRecord"), 7); /* one per chunk: the next waits on it */
+        }
+        CHECK_EQ(pattern_mismatch(back, bytes, 1410 + t), -1);
+        CHECK(pinstage_buffer_capacity(buf) < bytes + 64 * K);
+        pinstage_devbuf_free(d);
+        free(src);
+        free(back);
+        pinstage_buffer_free(buf);
+    }
+    if (emu) emu->set_timing(20, 4);
 }
 
 /* Pinned memory is bounded by the slots, not the transfer. */
@@ -362,6 +416,7 @@ int main(void) {
     pinstage_emu_live before = live_now();
     RUN(every_chunk_boundary_moves_exact_bytes);
     RUN(ramped_transfers_move_exact_bytes);
+    RUN(a_transfer_that_fits_the_stage_ramps_in_place);
     RUN(a_large_transfer_pins_at_most_32_mib);
     RUN(every_route_is_ordered_after_queued_work);
     RUN(page_locked_memory_goes_straight_to_the_dma);
