@@ -958,8 +958,9 @@ PINSTAGE_API pinstage_status pinstage_route_get_info(pinstage_direction dir, siz
  * to 250 ms apart, one to four a period) would each find the workers
  * asleep, and a worker asleep for milliseconds can take 40-130 us to get a
  * CPU back (a VM's idle vCPU): so the workers that helped the last one
- * sleep through the gap and are woken by a timer 150 us before the next is
- * due, and spin until shortly after. When the rhythm stops, each gets up
+ * sleep through the gap (never while a transfer is in progress) and are
+ * woken by a timer 150 us before the next is due, and spin until shortly
+ * after. When the rhythm stops, each gets up
  * once for the transfer that does not come, then sleeps without a timer
  * (at most 250 ms after the last). The workers are joined at exit. A node's pool is
  * sized the same way to the node's CPUs. The functions below act on every
