@@ -2,7 +2,10 @@
 # SPDX-License-Identifier: MIT
 """Writes docs/benchmarks.md from one gpu-check --full run.
 
-usage: make_docs.py RESULTS_DIR OUT.md
+usage: make_docs.py RESULTS_DIR OUT.md [--conditions-code VERSION]
+
+--conditions-code names the version whose code the conditions run measured
+where the version in its JSON lags it (a run made before the number changed).
 
 RESULTS_DIR holds what gpu-check --full wrote: seed.json, sweep.json,
 peers.json, peers_sweep.json, blocking.json, hostalloc_*.json, profile.txt,
@@ -250,6 +253,10 @@ def devices_section(dv, add):
 
 def main():
     folder, out = sys.argv[1:3]
+    # --conditions-code VERSION: what the conditions run measured, where the
+    # version number in its JSON lags the code (a run made before the bump).
+    extra = sys.argv[3:]
+    conditions_code = extra[extra.index("--conditions-code") + 1] if "--conditions-code" in extra else None
     f = lambda name: f"{folder}/{name}"
     seed, sweep, peers, peers_sweep = (load(f(n)) for n in ("seed.json", "sweep.json", "peers.json", "peers_sweep.json"))
     blocking = load(f("blocking.json"))
@@ -272,11 +279,15 @@ def main():
     add("of the same run as well, since the driver's pageable path varies from run to run.\n")
     if os.path.exists(f("conditions.json")):
         newer = load(f("conditions.json"))["context"]
+        when = newer["date"]
+        if conditions_code:
+            when += f"; its JSON says {newer['library_version']}: the run came before the version number changed"
+            newer = dict(newer, library_version=conditions_code)
         if newer["library_version"] != ctx["library_version"]:
             add(f"**Several runs, several versions.** The seed's table, the targets of the copy engine, the profile,")
             add(f"the sweep, the peers, the frame pipeline and the soak come from a run of pinstage "
                 f"{ctx['library_version']} ({ctx['date']}); \"Where")
-            add(f"programs run it\" from a run of pinstage {newer['library_version']} ({newer['date']}); the other")
+            add(f"programs run it\" from a run of pinstage {newer['library_version']} ({when}); the other")
             add("sections name their own run. Their copy engines and built-in profiles differ (CHANGELOG.md):")
             add("compare within a section.\n")
     if ctx.get("emulated"):
