@@ -139,6 +139,57 @@ static void a_transfer_that_fits_the_stage_ramps_in_place(void) {
     if (emu) emu->set_timing(20, 4);
 }
 
+/* A download that fits the stage reuses its four events across its seven
+ * ramped chunks: a failure at any of its driver calls returns the error,
+ * counts nothing, leaks nothing, and the next download into the same
+ * places is exact (the failed one's DMAs were drained first). */
+static void a_failure_in_a_ramped_download_leaves_the_buffer_usable(void) {
+    if (!emu) return;
+    struct {
+        const char *entry;
+        unsigned long nth;
+    } cases[] = {
+        {"cuMemcpyDtoHAsync", 1}, {"cuMemcpyDtoHAsync", 4}, {"cuMemcpyDtoHAsync", 5}, {"cuMemcpyDtoHAsync", 7},
+        {"cuEventRecord", 2},     {"cuEventRecord", 5},     {"cuEventRecord", 7},     {"cuEventQuery", 1},
+        {"cuEventQuery", 3},
+    };
+    size_t bytes = 4915200;
+    unsigned char *src = malloc(bytes), *back = malloc(bytes);
+    pinstage_devbuf *d;
+    REQUIRE_OK(pinstage_devbuf_alloc_u8(&d, bytes));
+    emu->set_timing(200, 2);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pinstage_buffer *buf = engine_buffer(2 * M, 0);
+        round_trip(buf, bytes, 1800, nonblocking); /* warm: pinned and events exist */
+        pinstage_stats before, after;
+        pinstage_buffer_stats(buf, &before);
+        pinstage_emu_live live = live_now();
+        unsigned seed = 1810 + (unsigned)i * 3;
+        fill_pattern(src, bytes, seed);
+        write_device(d, src);
+        emu->fail(cases[i].entry, cases[i].nth, 999, 0);
+        pinstage_status s = pinstage_buffer_download(buf, back, bytes, d, nonblocking);
+        emu->clear_faults();
+        if (s != 999) fprintf(stderr, "  case %zu: %s call %lu\n", i, cases[i].entry, cases[i].nth);
+        CHECK_STATUS(s, 999);
+        CHECK_MESSAGE(cases[i].entry);
+        pinstage_buffer_stats(buf, &after);
+        CHECK_EQ(after.engine_transfers, before.engine_transfers);
+        CHECK_EQ(after.bytes_downloaded, before.bytes_downloaded);
+        CHECK_NO_LEAK(live);
+        fill_pattern(src, bytes, seed + 1);
+        write_device(d, src);
+        memset(back, 0, bytes);
+        CHECK_OK(pinstage_buffer_download(buf, back, bytes, d, nonblocking));
+        CHECK_EQ(pattern_mismatch(back, bytes, seed + 1), -1);
+        pinstage_buffer_free(buf);
+    }
+    emu->set_timing(20, 4);
+    pinstage_devbuf_free(d);
+    free(src);
+    free(back);
+}
+
 /* Pinned memory is bounded by the slots, not the transfer. */
 static void a_large_transfer_pins_at_most_32_mib(void) {
     size_t bytes = emu ? 40 * M : 256 * M;
@@ -417,6 +468,7 @@ int main(void) {
     RUN(every_chunk_boundary_moves_exact_bytes);
     RUN(ramped_transfers_move_exact_bytes);
     RUN(a_transfer_that_fits_the_stage_ramps_in_place);
+    RUN(a_failure_in_a_ramped_download_leaves_the_buffer_usable);
     RUN(a_large_transfer_pins_at_most_32_mib);
     RUN(every_route_is_ordered_after_queued_work);
     RUN(page_locked_memory_goes_straight_to_the_dma);
