@@ -139,19 +139,51 @@ static void a_transfer_that_fits_the_stage_ramps_in_place(void) {
     if (emu) emu->set_timing(20, 4);
 }
 
+typedef struct {
+    const char *entry;
+    unsigned long nth;
+    int d2h;
+} fault_case;
+
+/* Fails call `c` of one transfer of `bytes` through a warmed engine buffer
+ * of `chunk`, source or destination filled with `seed`'s pattern: the error
+ * and its message come back, nothing is counted, nothing leaks. Returns the
+ * buffer, for the call after the failure. */
+static pinstage_buffer *fail_one_transfer(size_t chunk, size_t bytes, const fault_case *c, unsigned seed,
+                                          pinstage_devbuf *dev, unsigned char *src, unsigned char *back) {
+    pinstage_buffer *buf = engine_buffer(chunk, 0);
+    round_trip(buf, bytes, seed - 10, nonblocking); /* warm: pinned and events exist */
+    pinstage_stats before, after;
+    pinstage_buffer_stats(buf, &before);
+    pinstage_emu_live live = live_now();
+    fill_pattern(src, bytes, seed);
+    if (c->d2h) write_device(dev, src);
+    emu->fail(c->entry, c->nth, 999, 0);
+    pinstage_status s = c->d2h ? pinstage_buffer_download(buf, back, bytes, dev, nonblocking)
+                               : pinstage_buffer_upload(buf, dev, src, bytes, nonblocking);
+    emu->clear_faults();
+    if (s != 999) fprintf(stderr, "  %s of %zu bytes: %s call %lu\n", c->d2h ? "download" : "upload", bytes, c->entry, c->nth);
+    CHECK_STATUS(s, 999);
+    CHECK_MESSAGE(c->entry);
+    pinstage_buffer_stats(buf, &after);
+    CHECK_EQ(after.staged_transfers, before.staged_transfers);
+    CHECK_EQ(after.engine_transfers, before.engine_transfers);
+    CHECK_EQ(after.bytes_uploaded, before.bytes_uploaded);
+    CHECK_EQ(after.bytes_downloaded, before.bytes_downloaded);
+    CHECK_EQ(after.retired_blocks, 0); /* the drain could wait: the block stays */
+    CHECK_NO_LEAK(live);
+    return buf;
+}
+
 /* A download that fits the stage reuses its four events across its seven
- * ramped chunks: a failure at any of its driver calls returns the error,
- * counts nothing, leaks nothing, and the next download into the same
- * places is exact (the failed one's DMAs were drained first). */
+ * ramped chunks: a failure at any of its driver calls leaves the buffer as
+ * it was, and the next download into the same places is exact. */
 static void a_failure_in_a_ramped_download_leaves_the_buffer_usable(void) {
     if (!emu) return;
-    struct {
-        const char *entry;
-        unsigned long nth;
-    } cases[] = {
-        {"cuMemcpyDtoHAsync", 1}, {"cuMemcpyDtoHAsync", 4}, {"cuMemcpyDtoHAsync", 5}, {"cuMemcpyDtoHAsync", 7},
-        {"cuEventRecord", 2},     {"cuEventRecord", 5},     {"cuEventRecord", 7},     {"cuEventQuery", 1},
-        {"cuEventQuery", 3},
+    const fault_case cases[] = {
+        {"cuMemcpyDtoHAsync", 1, 1}, {"cuMemcpyDtoHAsync", 4, 1}, {"cuMemcpyDtoHAsync", 5, 1},
+        {"cuMemcpyDtoHAsync", 7, 1}, {"cuEventRecord", 2, 1},     {"cuEventRecord", 5, 1},
+        {"cuEventRecord", 7, 1},     {"cuEventQuery", 1, 1},      {"cuEventQuery", 3, 1},
     };
     size_t bytes = 4915200;
     unsigned char *src = malloc(bytes), *back = malloc(bytes);
@@ -159,24 +191,8 @@ static void a_failure_in_a_ramped_download_leaves_the_buffer_usable(void) {
     REQUIRE_OK(pinstage_devbuf_alloc_u8(&d, bytes));
     emu->set_timing(200, 2);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        pinstage_buffer *buf = engine_buffer(2 * M, 0);
-        round_trip(buf, bytes, 1800, nonblocking); /* warm: pinned and events exist */
-        pinstage_stats before, after;
-        pinstage_buffer_stats(buf, &before);
-        pinstage_emu_live live = live_now();
         unsigned seed = 1810 + (unsigned)i * 3;
-        fill_pattern(src, bytes, seed);
-        write_device(d, src);
-        emu->fail(cases[i].entry, cases[i].nth, 999, 0);
-        pinstage_status s = pinstage_buffer_download(buf, back, bytes, d, nonblocking);
-        emu->clear_faults();
-        if (s != 999) fprintf(stderr, "  case %zu: %s call %lu\n", i, cases[i].entry, cases[i].nth);
-        CHECK_STATUS(s, 999);
-        CHECK_MESSAGE(cases[i].entry);
-        pinstage_buffer_stats(buf, &after);
-        CHECK_EQ(after.engine_transfers, before.engine_transfers);
-        CHECK_EQ(after.bytes_downloaded, before.bytes_downloaded);
-        CHECK_NO_LEAK(live);
+        pinstage_buffer *buf = fail_one_transfer(2 * M, bytes, &cases[i], seed, d, src, back);
         fill_pattern(src, bytes, seed + 1);
         write_device(d, src);
         memset(back, 0, bytes);
@@ -344,11 +360,7 @@ static void partly_page_locked_memory_is_staged(void) {
  * synchronizing first (a slot reused under a live DMA would show). */
 static void a_failure_at_each_stage_leaves_no_dma_behind(void) {
     if (!emu) return;
-    struct {
-        const char *entry;
-        unsigned long nth;
-        int d2h;
-    } cases[] = {
+    const fault_case cases[] = {
         {"cuMemcpyHtoDAsync", 1, 0}, {"cuMemcpyHtoDAsync", 5, 0}, {"cuMemcpyHtoDAsync", 10, 0},
         {"cuEventRecord", 1, 0},     {"cuEventRecord", 4, 0},     {"cuEventRecord", 7, 0},
         {"cuEventQuery", 1, 0},      {"cuEventQuery", 30, 0},
@@ -363,28 +375,8 @@ static void a_failure_at_each_stage_leaves_no_dma_behind(void) {
     REQUIRE_OK(pinstage_devbuf_alloc_u8(&b, bytes));
     emu->set_timing(200, 1);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        pinstage_buffer *buf = engine_buffer(64 * K, 0);
-        round_trip(buf, bytes, 1700, nonblocking); /* warm: pinned and events exist */
-        pinstage_stats before, after;
-        pinstage_buffer_stats(buf, &before);
-        pinstage_emu_live live = live_now();
         unsigned seed = 1710 + (unsigned)i * 3;
-        fill_pattern(src, bytes, seed);
-        if (cases[i].d2h) write_device(a, src);
-        emu->fail(cases[i].entry, cases[i].nth, 999, 0);
-        pinstage_status s = cases[i].d2h ? pinstage_buffer_download(buf, back, bytes, a, nonblocking)
-                                         : pinstage_buffer_upload(buf, a, src, bytes, nonblocking);
-        emu->clear_faults();
-        if (s != 999) fprintf(stderr, "  case %zu: %s call %lu\n", i, cases[i].entry, cases[i].nth);
-        CHECK_STATUS(s, 999);
-        CHECK_MESSAGE(cases[i].entry);
-        pinstage_buffer_stats(buf, &after);
-        CHECK_EQ(after.staged_transfers, before.staged_transfers);
-        CHECK_EQ(after.engine_transfers, before.engine_transfers);
-        CHECK_EQ(after.bytes_uploaded, before.bytes_uploaded);
-        CHECK_EQ(after.bytes_downloaded, before.bytes_downloaded);
-        CHECK_EQ(after.retired_blocks, 0); /* the drain could wait: the block stays */
-        CHECK_NO_LEAK(live);
+        pinstage_buffer *buf = fail_one_transfer(64 * K, bytes, &cases[i], seed, a, src, back);
         /* The next call, another device buffer, no synchronization. */
         fill_pattern(src, bytes, seed + 1);
         CHECK_OK(pinstage_buffer_upload(buf, b, src, bytes, nonblocking));
