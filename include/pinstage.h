@@ -960,11 +960,10 @@ PINSTAGE_API pinstage_status pinstage_route_get_info(pinstage_direction dir, siz
  * CPU back (a VM's idle vCPU): so the workers that helped the last one
  * sleep through the gap (never while a transfer is in progress) and are
  * woken by a timer 150 us before the next is due, and spin until shortly
- * after. When the rhythm stops, each gets up
- * once for the transfer that does not come, then sleeps without a timer
- * (at most 250 ms after the last). The workers are joined at exit. A node's pool is
- * sized the same way to the node's CPUs. The functions below act on every
- * pool. */
+ * after. When the rhythm stops, each gets up once for the transfer that
+ * does not come, then sleeps without a timer (at most 250 ms after the
+ * last). The workers are joined at exit. A node's pool is sized the same
+ * way to the node's CPUs. The functions below act on every pool. */
 #define PINSTAGE_POOL_AUTO ((unsigned)-1)
 
 /* Sets the number of worker threads of each pool (0: the calling thread
