@@ -613,14 +613,18 @@ none:
     return NULL;
 }
 
-void ps_job_start(ps_pool *p, ps_job *job, size_t count, size_t limit, unsigned helpers, ps_block_fn fn,
-                  void *arg) {
+void ps_job_enter(ps_pool *p, ps_job *job, unsigned helpers) {
+    job->pool = p;
+    atomic_fetch_add_explicit(&p->callers, 1, memory_order_relaxed);
+    job->seats = seats_for(p, helpers);
+}
+
+void ps_job_post(ps_job *job, size_t count, size_t limit, ps_block_fn fn, void *arg) {
+    ps_pool *p = job->pool;
     if (count > PS_JOB_MAX_BLOCKS) count = PS_JOB_MAX_BLOCKS;
     if (limit > count) limit = count;
-    job->pool = p;
     job->count = count;
-    atomic_fetch_add_explicit(&p->callers, 1, memory_order_relaxed);
-    job->seats = count > 1 ? seats_for(p, helpers) : 0;
+    if (count < 2) job->seats = 0;
     job->slot = job->seats ? take_slot(p) : NULL;
     if (!job->slot) {
         job->seats = 0;
@@ -641,6 +645,12 @@ void ps_job_start(ps_pool *p, ps_job *job, size_t count, size_t limit, unsigned 
     if (s == &job->local) return;
     note_job(p, now_ns());
     if (limit) last_woken = wake(p, job->seats, 0);
+}
+
+void ps_job_start(ps_pool *p, ps_job *job, size_t count, size_t limit, unsigned helpers, ps_block_fn fn,
+                  void *arg) {
+    ps_job_enter(p, job, count > 1 ? helpers : 0);
+    ps_job_post(job, count, limit, fn, arg);
 }
 
 void ps_job_open(ps_job *job, size_t limit) {

@@ -69,9 +69,16 @@ int ps_pool_node(const ps_pool *pool);
  * first `limit` may be claimed now, with at most `helpers` workers besides
  * the calling thread (capped by the CPUs free now). Never fails: without a
  * worker to spare the caller runs every block itself, in ps_job_help and
- * ps_job_finish. `arg` must stay valid until ps_job_finish returns. */
+ * ps_job_finish. `arg` must stay valid until ps_job_finish returns.
+ * ps_job_enter + ps_job_post. */
 void ps_job_start(ps_pool *pool, ps_job *job, size_t count, size_t limit, unsigned helpers, ps_block_fn fn,
                   void *arg);
+/* The two halves of ps_job_start, for a poster that sizes its blocks by the
+ * threads it gets: enter counts the calling thread in and sets job->seats,
+ * the workers the job may have; post publishes the job (with no seats when
+ * count < 2 or no slot is free). */
+void ps_job_enter(ps_pool *pool, ps_job *job, unsigned helpers);
+void ps_job_post(ps_job *job, size_t count, size_t limit, ps_block_fn fn, void *arg);
 /* Lets blocks below `limit` be claimed (limits only grow). */
 void ps_job_open(ps_job *job, size_t limit);
 /* Claims and runs one open block on the calling thread: 1 if it ran one. */
