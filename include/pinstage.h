@@ -947,14 +947,20 @@ PINSTAGE_API pinstage_status pinstage_route_get_info(pinstage_direction dir, siz
  * PINSTAGE_CPUS=N in the environment overrides both), less the threads
  * running elsewhere on the machine (sampled from /proc/loadavg at most
  * every 2 ms) and the callers of the transfers in progress, shared among
- * those transfers. So copy threads do not take turns with a pipeline's own.
+ * those transfers, and while other threads keep CPUs busy, one more left
+ * for the driver's and the kernel's threads. So copy threads do not take
+ * turns with a pipeline's own, and a block is seldom held by a thread that
+ * lost its CPU. The blocks grow when a transfer gets few threads (two per
+ * thread and chunk).
  * The pool starts at the first engine transfer with one worker per CPU the
  * process may use, less one for the caller and, from 8 CPUs up, one more
  * for the driver's threads and the rest of the program
  * (PINSTAGE_POOL_AUTO). A worker spins while a transfer it helps may still
  * open blocks, then for a short while (200 us by default: the next chunk is
  * usually microseconds away), then parks on a condition variable: an idle
- * process uses no CPU. Transfers that come in a rhythm (a frame loop's, 0.5
+ * process uses no CPU. While it spins it yields its CPU every 20 us, so a
+ * thread of the transfer that shares that CPU (the kernel may wake a worker
+ * onto its waker's) does not wait for the scheduler's tick. Transfers that come in a rhythm (a frame loop's, 0.5
  * to 250 ms apart, one to four a period) would each find the workers
  * asleep, and a worker asleep for milliseconds can take 40-130 us to get a
  * CPU back (a VM's idle vCPU): so the workers that helped the last one

@@ -14,7 +14,9 @@
  * workers spread over them. How many workers a job may have (its seats) is
  * capped so that the posters and the workers together never outnumber the
  * CPUs that are free: the CPUs this process may use (affinity, cgroup
- * quota) less what other threads keep busy (see cpus.h). */
+ * quota) less what other threads keep busy (see cpus.h), and, while other
+ * threads keep some busy, less one more for the driver's and the kernel's
+ * threads. */
 #ifndef PINSTAGE_POOL_H
 #define PINSTAGE_POOL_H
 
