@@ -191,6 +191,11 @@ def main():
         for x in rows:
             check(x["direction"] in ("h2d", "d2h") and x["path"] in ("pageable", "auto", "floor"), f"row {x}")
             check(x["median_us"] > 0 and x["cpu_us_per_gb"] >= 0, f"row figures {x}")
+            # auto is upload / download: which route its timed calls took.
+            if x["path"] == "auto" and x["condition"] != "concurrent":
+                check(0 <= x.get("pageable_share", -1) <= 1, f"auto rows carry their pageable share {x}")
+            if x["path"] != "auto":
+                check("pageable_share" not in x, f"only auto rows carry a pageable share {x}")
         fresh = [x for x in rows if x["condition"] == "fresh-process"]
         check({x["process"] for x in fresh} == {0, 1} and len(fresh) == 2 * 2 * 2 * 3, "fresh rows per process")
         check(all(x.get("bound_us", 0) > 0 for x in fresh if x["path"] == "auto"), "auto rows carry their bound")

@@ -48,6 +48,9 @@ typedef struct bench_path {
     /* One transfer, the timed unit. */
     pinstage_status (*run)(bench_cell *cell, void *state);
     void (*teardown)(bench_cell *cell, void *state);
+    /* Paths of upload / download: the buffer a state holds (its stats say
+     * which route each call took); NULL for the others. */
+    pinstage_buffer *(*buffer)(void *state);
 } bench_path;
 
 extern const bench_path bench_paths[];
@@ -63,6 +66,7 @@ typedef struct bench_result {
     double gbps;      /* 1e9 bytes per second at the median */
     double ratio;     /* pageable median / this median; 0 if pageable not measured */
     double cpu_us_per_gb; /* process CPU time during the timed calls per 1e9 bytes moved */
+    double pageable_share; /* paths with a buffer: timed calls that took the pageable route / reps; else -1 */
 } bench_result;
 
 typedef struct bench_context {

@@ -48,6 +48,7 @@ typedef struct {
     size_t reps;
     double median_us, p10_us, p90_us, cpu_us_per_gb;
     double memcpy_gbps, bound_us;                                    /* 0: not measured */
+    double pageable_share; /* auto: timed calls that took the pageable route / reps; -1: not a buffer path */
     double aggregate_gbps, bound_gbps, min_thread_gbps, mean_thread_gbps; /* concurrent */
 } cond_row;
 
@@ -75,6 +76,7 @@ static cond_row *new_row(cond_state *st, const char *condition) {
     snprintf(r->condition, sizeof r->condition, "%s", condition);
     r->process = -1;
     r->threads = 1;
+    r->pageable_share = -1;
     return r;
 }
 
@@ -193,6 +195,7 @@ static int measure(cond_state *st, const char *condition, bench_direction d, siz
         r->p10_us = res[i].p10_us;
         r->p90_us = res[i].p90_us;
         r->cpu_us_per_gb = res[i].cpu_us_per_gb;
+        r->pageable_share = res[i].pageable_share;
     }
     return 0;
 }
@@ -231,8 +234,8 @@ int bench_conditions_child(const conditions_options *o, unsigned process) {
             cond_row *first;
             if ((rc = measure(&st, "fresh-process", (bench_direction)d, o->sizes[z], three_paths, 3, &ro, &first))) break;
             for (cond_row *r = first; r < st.rows + st.count; r++)
-                printf("row %s %zu %s %zu %.3f %.3f %.3f %.1f %.3f\n", bench_direction_name(r->dir), r->bytes, r->path,
-                       r->reps, r->median_us, r->p10_us, r->p90_us, r->cpu_us_per_gb, m);
+                printf("row %s %zu %s %zu %.3f %.3f %.3f %.1f %.3f %.4f\n", bench_direction_name(r->dir), r->bytes,
+                       r->path, r->reps, r->median_us, r->p10_us, r->p90_us, r->cpu_us_per_gb, m, r->pageable_share);
         }
     (void)process;
     fflush(stdout);
@@ -282,9 +285,9 @@ static int fresh_processes(cond_state *st) {
         while (in && fgets(line, sizeof line, in)) {
             char dir[8], path[24];
             size_t bytes, reps;
-            double med, p10, p90, cpu, m;
-            if (sscanf(line, "row %7s %zu %23s %zu %lf %lf %lf %lf %lf", dir, &bytes, path, &reps, &med, &p10, &p90,
-                       &cpu, &m) != 9)
+            double med, p10, p90, cpu, m, share;
+            if (sscanf(line, "row %7s %zu %23s %zu %lf %lf %lf %lf %lf %lf", dir, &bytes, path, &reps, &med, &p10,
+                       &p90, &cpu, &m, &share) != 10)
                 continue;
             cond_row *r = new_row(st, "fresh-process");
             if (!r) break;
@@ -298,6 +301,7 @@ static int fresh_processes(cond_state *st) {
             r->p90_us = p90;
             r->cpu_us_per_gb = cpu;
             r->memcpy_gbps = m;
+            r->pageable_share = share;
         }
         if (in) fclose(in);
         int status = 0;
@@ -486,6 +490,7 @@ static void json_row(FILE *out, const cond_row *r, int last) {
                 r->threads, r->aggregate_gbps, r->bound_gbps, r->min_thread_gbps, r->mean_thread_gbps);
     if (r->memcpy_gbps > 0) fprintf(out, "\"memcpy_gbps\": %.3f, ", r->memcpy_gbps);
     if (r->bound_us > 0) fprintf(out, "\"bound_us\": %.3f, ", r->bound_us);
+    if (r->pageable_share >= 0) fprintf(out, "\"pageable_share\": %.4f, ", r->pageable_share);
     fprintf(out, "\"reps\": %zu, \"median_us\": %.3f, \"p10_us\": %.3f, \"p90_us\": %.3f, \"cpu_us_per_gb\": %.1f}%s\n",
             r->reps, r->median_us, r->p10_us, r->p90_us, r->cpu_us_per_gb, last ? "" : ",");
 }
@@ -507,13 +512,16 @@ static void text_report(FILE *out, const cond_state *st, const bench_context *ct
     fprintf(out, "# conditions: paths side by side in each process; medians in us; cpu: process CPU us per GB\n");
     fprintf(out, "# idle: %.1f us of CPU in the second that began one second after the last transfer\n",
             st->idle_cpu_us);
-    fprintf(out, "\n%-13s %4s %4s %10s %-9s %5s %11s %11s %10s %10s %9s %9s\n", "condition", "proc", "thr", "bytes",
-            "path", "reps", "median_us", "cpu_us/GB", "memcpy", "bound_us", "agg_GB/s", "min_GB/s");
+    fprintf(out, "# pg: the share of the timed calls of auto that took the pageable route\n");
+    fprintf(out, "\n%-13s %4s %4s %10s %-9s %5s %11s %11s %10s %10s %9s %9s %5s\n", "condition", "proc", "thr", "bytes",
+            "path", "reps", "median_us", "cpu_us/GB", "memcpy", "bound_us", "agg_GB/s", "min_GB/s", "pg");
     for (size_t i = 0; i < st->count; i++) {
         const cond_row *r = &st->rows[i];
-        fprintf(out, "%-13s %4d %4u %10zu %-9s %5zu %11.1f %11.0f %10.1f %10.1f %9.2f %9.2f  %s\n", r->condition,
+        char share[16] = "-";
+        if (r->pageable_share >= 0) snprintf(share, sizeof share, "%.2f", r->pageable_share);
+        fprintf(out, "%-13s %4d %4u %10zu %-9s %5zu %11.1f %11.0f %10.1f %10.1f %9.2f %9.2f %5s  %s\n", r->condition,
                 r->process, r->threads, r->bytes, r->path, r->reps, r->median_us, r->cpu_us_per_gb, r->memcpy_gbps,
-                r->bound_us, r->aggregate_gbps, r->min_thread_gbps, bench_direction_name(r->dir));
+                r->bound_us, r->aggregate_gbps, r->min_thread_gbps, share, bench_direction_name(r->dir));
     }
 }
 

@@ -71,6 +71,7 @@ static void buffer_teardown(bench_cell *c, void *state) {
     (void)c;
     pinstage_buffer_free(state);
 }
+static pinstage_buffer *buffer_of(void *state) { return state; }
 
 /* pinned-host: upload / download of memory the caller page-locked itself
  * (a PyTorch pinned tensor, a decoder's frame pool). */
@@ -228,16 +229,16 @@ static pinstage_status no_setup(bench_cell *c, void **state) {
 static void no_teardown(bench_cell *c, void *state) { (void)c, (void)state; }
 
 const bench_path bench_paths[] = {
-    {"pageable", "copy_from_host / copy_to_host: the driver's pageable path", no_setup, pageable_run, no_teardown},
-    {"auto", "upload / download as the profile chooses (--profile, else built-in)", auto_setup, buffer_run, buffer_teardown},
-    {"builtin", "upload / download with the built-in profile (no calibration)", builtin_setup, buffer_run, buffer_teardown},
-    {"staged", "upload / download, route staged: one memcpy through pinned memory", staged_setup, buffer_run, buffer_teardown},
-    {"engine", "upload / download, route engine at the --engine settings", engine_setup, buffer_run, buffer_teardown},
-    {"pageable-route", "upload / download, threshold 0: the pageable route, landed on return", pageable_route_setup, buffer_run, buffer_teardown},
-    {"pinned-host", "upload / download of page-locked host memory: straight DMA", pinned_host_setup, pinned_host_run, pinned_host_teardown},
-    {"resident", "upload_with / download_into", resident_setup, resident_run, resident_teardown},
-    {"pageable-async", "async copy from/into pageable memory + sync (raw driver)", no_setup, pageable_async_run, no_teardown},
-    {"fresh-pin", "cuMemAllocHost + copy + cuMemFreeHost every call (raw driver)", no_setup, fresh_run, no_teardown},
-    {"floor", "async copy from/into a reused pinned buffer + sync (raw driver)", floor_setup, floor_run, floor_teardown},
+    {"pageable", "copy_from_host / copy_to_host: the driver's pageable path", no_setup, pageable_run, no_teardown, NULL},
+    {"auto", "upload / download as the profile chooses (--profile, else built-in)", auto_setup, buffer_run, buffer_teardown, buffer_of},
+    {"builtin", "upload / download with the built-in profile (no calibration)", builtin_setup, buffer_run, buffer_teardown, buffer_of},
+    {"staged", "upload / download, route staged: one memcpy through pinned memory", staged_setup, buffer_run, buffer_teardown, buffer_of},
+    {"engine", "upload / download, route engine at the --engine settings", engine_setup, buffer_run, buffer_teardown, buffer_of},
+    {"pageable-route", "upload / download, threshold 0: the pageable route, landed on return", pageable_route_setup, buffer_run, buffer_teardown, buffer_of},
+    {"pinned-host", "upload / download of page-locked host memory: straight DMA", pinned_host_setup, pinned_host_run, pinned_host_teardown, NULL},
+    {"resident", "upload_with / download_into", resident_setup, resident_run, resident_teardown, NULL},
+    {"pageable-async", "async copy from/into pageable memory + sync (raw driver)", no_setup, pageable_async_run, no_teardown, NULL},
+    {"fresh-pin", "cuMemAllocHost + copy + cuMemFreeHost every call (raw driver)", no_setup, fresh_run, no_teardown, NULL},
+    {"floor", "async copy from/into a reused pinned buffer + sync (raw driver)", floor_setup, floor_run, floor_teardown, NULL},
 };
 const size_t bench_path_count = sizeof bench_paths / sizeof bench_paths[0];

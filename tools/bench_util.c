@@ -170,11 +170,15 @@ int bench_measure(bench_cell *c, const bench_path **paths, size_t npaths, const 
      * time is the whole process's during the timed calls: the pool's workers
      * and the driver's threads count. */
     size_t taken[BENCH_MAX_PATHS] = {0};
+    uint64_t pageable_calls[BENCH_MAX_PATHS] = {0};
     for (size_t pass = 0; pass < PASSES && !rc; pass++)
         for (size_t p = 0; p < npaths && !rc; p++) {
             size_t block = reps / PASSES + (pass < reps % PASSES);
             for (size_t k = 0; k < BLOCK_WARMUP + block && !rc; k++) {
                 if (o->before_call) o->before_call(o->before_arg);
+                pinstage_buffer *buf = paths[p]->buffer ? paths[p]->buffer(state[p]) : NULL;
+                pinstage_stats before, after;
+                if (buf) pinstage_buffer_stats(buf, &before);
                 double cpu_start = bench_cpu_us(), start = bench_now_us();
                 pinstage_status s = paths[p]->run(c, state[p]);
                 double elapsed = bench_now_us() - start, cpu_used = bench_cpu_us() - cpu_start;
@@ -182,6 +186,10 @@ int bench_measure(bench_cell *c, const bench_path **paths, size_t npaths, const 
                 if (k >= BLOCK_WARMUP) {
                     samples[p][taken[p]++] = elapsed;
                     cpu[p] += cpu_used;
+                    if (buf) {
+                        pinstage_buffer_stats(buf, &after);
+                        pageable_calls[p] += after.pageable_transfers - before.pageable_transfers;
+                    }
                 }
             }
         }
@@ -200,6 +208,7 @@ int bench_measure(bench_cell *c, const bench_path **paths, size_t npaths, const 
             res->p90_us = bench_quantile(samples[p], reps, 0.9);
             res->gbps = (double)c->bytes / (res->median_us * 1e3);
             res->cpu_us_per_gb = cpu[p] / ((double)c->bytes * (double)reps / 1e9);
+            res->pageable_share = paths[p]->buffer ? (double)pageable_calls[p] / (double)reps : -1;
         }
         if (ready[p]) paths[p]->teardown(c, state[p]);
         free(samples[p]);
