@@ -5,13 +5,8 @@ worker's first block, the blocks the calling thread copied, and when the first
 chunk's DMA was enqueued and landed (-1: not traced for uploads), the last
 chunk's landing.  python3 arrivals.py TRACE [SKIP]"""
 import sys, statistics as S
-T={};B={};C={}
-for l in open(sys.argv[1]):
-    p=l.split()
-    if not p or p[0]=='#': continue
-    if p[0]=='T': T[int(p[1])]=(p[2],int(p[3]),int(p[4]),int(p[5]),int(p[6]),int(p[7]))
-    elif p[0]=='B': B.setdefault(int(p[1]),[]).append((int(p[2]),int(p[3]),int(p[4]),int(p[5]),int(p[6])))
-    elif p[0]=='C': C.setdefault(int(p[1]),[]).append((int(p[2]),int(p[3]),int(p[4])))
+import tracefile
+T,B,C=tracefile.read(sys.argv[1])
 skip=int(sys.argv[2]) if len(sys.argv)>2 else 0
 rows=[]
 for i in sorted(T):

@@ -7,13 +7,8 @@ caller's consecutive chunk events (O opened, C copied, E enqueued, L landed,
 with the chunk), how many blocks ran inside the largest gap, and the longest
 block (its time, thread t, CPU c and chunk).  python3 gaps.py TRACE"""
 import sys, statistics as S
-T={};B={};C={}
-for l in open(sys.argv[1]):
-    p=l.split()
-    if not p or p[0]=='#': continue
-    if p[0]=='T': T[int(p[1])]=(p[2],int(p[3]),int(p[4]),int(p[5]),int(p[6]),int(p[7]))
-    elif p[0]=='B': B.setdefault(int(p[1]),[]).append((int(p[2]),int(p[3]),int(p[4]),int(p[5]),int(p[6])))
-    elif p[0]=='C': C.setdefault(int(p[1]),[]).append((int(p[2]),int(p[3]),int(p[4])))
+import tracefile
+T,B,C=tracefile.read(sys.argv[1])
 W='OCEL'
 bysize={}
 for i in sorted(T):
