@@ -129,7 +129,7 @@ def targets(cond, peers=None):
                     fair = c["min_thread_gbps"] / c["mean_thread_gbps"] if c["mean_thread_gbps"] else 0
                     add(f"concurrent, {threads} threads, {d.upper()} {human(size)}: aggregate / bound; slowest thread "
                         f"/ mean", ">= 0.85; >= 0.5",
-                        f"{share:.2f} ({c['aggregate_gbps']:.1f} of {c['bound_gbps']:.1f} GB/s); {fair:.2f}",
+                        f"{share:.2f} ({c['aggregate_gbps']:.1f} of {c['bound_gbps']:.1f} GB/s); {fair:.2f}{route(c)}",
                         share >= 0.85 and fair >= 0.5)
         for size in (FRAME, LARGE):
             a, p = one(cond, "warm", d, size, "auto"), one(cond, "warm", d, size, "pageable")

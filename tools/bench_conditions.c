@@ -349,6 +349,7 @@ typedef struct {
     double bytes_moved, busy_us;
     double *calls;
     size_t ncalls, cap;
+    uint64_t pageable_calls; /* auto: timed calls that took the pageable route */
     int failed;
 } mover;
 
@@ -368,6 +369,8 @@ static void *move_loop(void *arg) {
                                                 : pinstage_buffer_download(buf, host, m->bytes, dev, stream);
         if (s) m->failed = 1;
     }
+    pinstage_stats before, after;
+    pinstage_buffer_stats(buf, &before);
     pthread_barrier_wait(m->ready);
     while (!atomic_load(m->go)) {
     }
@@ -400,6 +403,8 @@ static void *move_loop(void *arg) {
         m->bytes_moved += (double)m->bytes;
     }
     m->busy_us = bench_now_us() - start;
+    pinstage_buffer_stats(buf, &after);
+    m->pageable_calls = after.pageable_transfers - before.pageable_transfers;
     pinstage_stream_destroy(stream);
     pinstage_devbuf_free(dev);
     pinstage_buffer_free(buf);
@@ -435,6 +440,7 @@ static int concurrent(cond_state *st, unsigned threads, bench_direction d, size_
     pthread_barrier_destroy(&ready);
     double total = 0, least = 0, sum = 0;
     size_t calls = 0;
+    uint64_t pageable_calls = 0;
     int failed = 0;
     for (unsigned i = 0; i < threads; i++) {
         failed |= m[i].failed;
@@ -443,6 +449,7 @@ static int concurrent(cond_state *st, unsigned threads, bench_direction d, size_
         sum += gbps;
         if (i == 0 || gbps < least) least = gbps;
         calls += m[i].ncalls;
+        pageable_calls += m[i].pageable_calls;
     }
     double *all = calloc(calls ? calls : 1, sizeof *all);
     size_t k = 0;
@@ -465,6 +472,7 @@ static int concurrent(cond_state *st, unsigned threads, bench_direction d, size_
     r->bytes = bytes;
     snprintf(r->path, sizeof r->path, "%s", pageable ? "pageable" : "auto");
     r->reps = calls;
+    if (!pageable && calls) r->pageable_share = (double)pageable_calls / (double)calls;
     qsort(all, calls, sizeof *all, bench_compare_double);
     r->median_us = bench_quantile(all, calls, 0.5);
     r->p10_us = bench_quantile(all, calls, 0.1);
