@@ -85,6 +85,19 @@ def main():
         check(len(results) == len(SIZES) * 2 * len(PATHS), f"json has {len(results)} results")
         for i, rec in enumerate(results):
             check_record(rec, f"json result {i}")
+        # Paths of upload / download say which share of their timed calls took the pageable
+        # route: all of them with threshold 0, none with a fixed staging profile.
+        share = {(x["path"], x["direction"], x["bytes"]): x.get("pageable_share") for x in results}
+        for (path, d, b), v in share.items():
+            where = f"json {path} {d} {b}: pageable_share {v}"
+            if path in ("pageable-route",):
+                check(v == 1, where)
+            elif path in ("staged", "engine"):
+                check(v == 0, where)
+            elif path in ("auto", "builtin"):
+                check(v is not None and 0 <= v <= 1, where)
+            else:
+                check(v is None, where)
 
         # Text: context lines, the emulated banner, the seed-shaped table.
         r = run(bench, env, *common, "--direction", "h2d", "--paths", "pageable,staged,resident")

@@ -118,10 +118,11 @@ static void json_report(FILE *out, const bench_context *c, const bench_result *r
                 r[i].bytes);
         json_string(out, r[i].label);
         fprintf(out, ", \"path\": \"%s\", \"reps\": %zu, \"median_us\": %.3f, \"min_us\": %.3f, \"p10_us\": %.3f, "
-                     "\"p90_us\": %.3f, \"gbps\": %.3f, \"ratio_vs_pageable\": %.4f, \"cpu_us_per_gb\": %.1f, "
-                     "\"emulated\": %s}%s\n",
+                     "\"p90_us\": %.3f, \"gbps\": %.3f, \"ratio_vs_pageable\": %.4f, \"cpu_us_per_gb\": %.1f, ",
                 r[i].path->name, r[i].reps, r[i].median_us, r[i].min_us, r[i].p10_us, r[i].p90_us, r[i].gbps,
-                r[i].ratio, r[i].cpu_us_per_gb, c->emulated ? "true" : "false", i + 1 < n ? "," : "");
+                r[i].ratio, r[i].cpu_us_per_gb);
+        if (r[i].pageable_share >= 0) fprintf(out, "\"pageable_share\": %.4f, ", r[i].pageable_share);
+        fprintf(out, "\"emulated\": %s}%s\n", c->emulated ? "true" : "false", i + 1 < n ? "," : "");
     }
     fprintf(out, "  ]\n}\n");
 }
