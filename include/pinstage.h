@@ -960,9 +960,9 @@ PINSTAGE_API pinstage_status pinstage_route_get_info(pinstage_direction dir, siz
  * usually microseconds away), then parks on a condition variable: an idle
  * process uses no CPU. While it spins it yields its CPU every 20 us, so a
  * thread of the transfer that shares that CPU (the kernel may wake a worker
- * onto its waker's) does not wait for the scheduler's tick. Transfers that come in a rhythm (a frame loop's, 0.5
- * to 250 ms apart, one to four a period) would each find the workers
- * asleep, and a worker asleep for milliseconds can take 40-130 us to get a
+ * onto its waker's) does not wait for the scheduler's tick. Transfers
+ * that come in a rhythm (a frame loop's, 0.5 to 250 ms apart, one to four
+ * a period) would each find the workers asleep, and a worker asleep for milliseconds can take 40-130 us to get a
  * CPU back (a VM's idle vCPU): so the workers that helped the last one
  * sleep through the gap (never while a transfer is in progress) and are
  * woken by a timer 150 us before the next is due, and spin until shortly
