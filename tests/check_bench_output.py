@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 PATHS = ["pageable", "auto", "builtin", "staged", "engine", "pageable-route", "pinned-host", "resident", "pageable-async",
          "fresh-pin", "floor"]
@@ -23,7 +24,7 @@ CONTEXT_KEYS = {"tool": str, "library_version": str, "date": str, "device": str,
                 "copy_engines": int, "driver_version": int, "driver_path": str, "emulated": bool,
                 "host_cpu": str, "host_cores": int, "reps": int, "warmup": int, "budget_s": float,
                 "method": str, "command": str, "sched": str, "host_alloc": str, "profile": str,
-                "engine": str, "pool_workers": int}
+                "engine": str, "pool_workers": int, "paced_us": float}
 SIZES = [4096, 150528]
 failures = []
 
@@ -110,13 +111,29 @@ def main():
               "every text row marked emulated")
         check(not any(l.startswith("d2h ") for l in lines), "--direction h2d measured only h2d")
 
+        # --paced: every call (6 here: 1 warm-up, 5 timed) after the idle; the context says so.
+        began = time.monotonic()
+        r = run(bench, env, *common, "--sizes", "4K", "--direction", "h2d", "--paths", "pageable",
+                "--paced", "20000", "--format", "json")
+        took = time.monotonic() - began
+        check(r.returncode == 0, f"--paced exit {r.returncode}: {r.stderr}")
+        check(took >= 6 * 0.020, f"--paced 20000: 6 calls took {took:.3f} s, under 6 idle times")
+        check(json.loads(r.stdout)["context"]["paced_us"] == 20000, "json context.paced_us")
+        r = run(bench, env, *common, "--sizes", "4K", "--direction", "d2h", "--paths", "pageable,auto",
+                "--paced", "100", "--cold")
+        check(r.returncode == 0 and any(l.startswith("# paced: each call after 100 us") for l in r.stdout.splitlines()),
+              f"--paced with --cold, d2h: exit {r.returncode}, text names the pacing")
+        r = run(bench, env, *common, "--sizes", "4K", "--direction", "h2d", "--paths", "pageable")
+        check(not any(l.startswith("# paced") for l in r.stdout.splitlines()), "no pacing line without --paced")
+
         # Errors: no driver, bad options.
         r = run(bench, env, "--driver", "/nonexistent/libcuda.so.1", "--quiet")
         check(r.returncode != 0 and "--emulate" in r.stderr, "no driver: non-zero exit that points to --emulate")
         for bad in (["--paths", "nosuch"], ["--sizes", "12Q"], ["--format", "xml"], ["--sweep", "8M:4K"],
                     ["--reps", "3x"], ["--device", "abc"], ["--budget", "2s"], ["--engine", "1M"],
                     ["--engine", "1Q:4"], ["--sched", "fast"], ["--host-alloc", "mmap"],
-                    ["--pool-threads", "-1"], ["--paths", ",".join(["auto"] * 33)]):
+                    ["--pool-threads", "-1"], ["--paths", ",".join(["auto"] * 33)], ["--paced", "x"],
+                    ["--paced", "2e6"], ["--paced", "-1"], ["--paced", "nan"]):
             r = run(bench, env, *common, *bad)
             check(r.returncode == 2 and "Segmentation" not in r.stderr, f"{bad} is refused (exit {r.returncode})")
 

@@ -89,6 +89,7 @@ typedef struct bench_context {
     char profile[512];   /* the profile "auto" followed */
     char engine[64];     /* the engine path's settings */
     int pool_workers;
+    double paced_us;     /* --paced: idle before each call, and another copy (0: none) */
 } bench_context;
 
 typedef enum { BENCH_TEXT, BENCH_CSV, BENCH_JSON } bench_format;

@@ -41,6 +41,9 @@ static const char usage[] =
     "  --cold             with the path table: each call's host memory is the next of several\n"
     "                     written buffers (1 GiB in all, at most 16), so it is not in a cache,\n"
     "                     as a program's freshly produced frame often is not\n"
+    "  --paced US         with the path table: each call, timed or not, after US microseconds\n"
+    "                     of sleep and the driver's pageable copy of other memory of the same\n"
+    "                     size and direction, as a frame loop calls it (--conditions uses 5000)\n"
     "  --load KIND        with the path table: cpu (arithmetic on all CPUs but 4) or memory (4\n"
     "                     threads streaming memcpy) in this process while it measures\n"
     "  --trace FILE       no benchmark: summarize the timeline a run with PINSTAGE_TRACE=FILE wrote\n"
@@ -195,7 +198,8 @@ enum {
     OPT_SIZES = 256, OPT_SWEEP, OPT_DIRECTION, OPT_PATHS, OPT_ENGINE, OPT_PROFILE, OPT_CALIBRATE, OPT_THOROUGH,
     OPT_PIPELINE, OPT_FILL, OPT_FRAMES, OPT_RING_SLOTS, OPT_CONDITIONS, OPT_PROCESSES, OPT_CONDITIONS_CHILD,
     OPT_TRACE, OPT_SOAK, OPT_SOAK_THREADS, OPT_POOL_THREADS, OPT_POOL_SPIN, OPT_SCHED, OPT_HOST_ALLOC, OPT_REPS, OPT_WARMUP,
-    OPT_BUDGET, OPT_DEVICE, OPT_FORMAT, OPT_JSON, OPT_EMULATE, OPT_DRIVER, OPT_QUIET, OPT_LOAD, OPT_COLD, OPT_DEVICES
+    OPT_BUDGET, OPT_DEVICE, OPT_FORMAT, OPT_JSON, OPT_EMULATE, OPT_DRIVER, OPT_QUIET, OPT_LOAD, OPT_COLD, OPT_PACED,
+    OPT_DEVICES
 };
 
 static const struct option options[] = {
@@ -233,6 +237,7 @@ static const struct option options[] = {
     {"quiet", no_argument, NULL, OPT_QUIET},
     {"load", required_argument, NULL, OPT_LOAD},
     {"cold", no_argument, NULL, OPT_COLD},
+    {"paced", required_argument, NULL, OPT_PACED},
     {"devices", required_argument, NULL, OPT_DEVICES},
     {NULL, 0, NULL, 0},
 };
@@ -296,8 +301,30 @@ static void next_host(void *arg) {
     c->cell->host = c->hosts[c->next++ % c->count];
 }
 
+/* --paced: before every call, idle and another copy, as between a frame
+ * loop's transfers (the same as --conditions' paced rows, for any path). */
+typedef struct {
+    double idle_us;
+    bench_direction dir;
+    unsigned char *other_host;
+    pinstage_devbuf *other_device;
+    cold_hosts *cold; /* also --cold: the next host buffer, else NULL */
+} paced_calls;
+
+static void pace(void *arg) {
+    paced_calls *p = arg;
+    bench_sleep_us(p->idle_us);
+    size_t bytes = pinstage_devbuf_bytes(p->other_device);
+    if (p->dir == BENCH_H2D)
+        pinstage_devbuf_copy_from_host(p->other_device, p->other_host, bytes);
+    else
+        pinstage_devbuf_copy_to_host(p->other_device, p->other_host, bytes);
+    if (p->cold) next_host(p->cold);
+}
+
 static int table_mode(const bench_size *sizes, size_t nsizes, int directions, const bench_path **paths,
-                      size_t npaths, const bench_run_options *run, int cold, const bench_context *ctx,
+                      size_t npaths, const bench_run_options *run, int cold, double paced_us,
+                      const bench_context *ctx,
                       bench_format format, const char *output, const char *json_output) {
     bench_run_options options = *run;
     const bench_run_options *o = &options;
@@ -343,8 +370,21 @@ static int table_mode(const bench_size *sizes, size_t nsizes, int directions, co
                 options.before_call = next_host;
                 options.before_arg = &ch;
             }
-            rc = bench_measure(&cell, paths, npaths, o, sizes[z].label, results + done);
+            paced_calls pc = {paced_us, cell.direction, NULL, NULL, cold ? &ch : NULL};
+            if (paced_us > 0) {
+                if (!(pc.other_host = bench_host_memory(cell.bytes))) {
+                    rc = bench_fail("out of host memory");
+                } else if ((s = pinstage_devbuf_alloc_u8(&pc.other_device, cell.bytes))) {
+                    rc = bench_driver_fail("device memory", s);
+                } else {
+                    options.before_call = pace;
+                    options.before_arg = &pc;
+                }
+            }
+            if (!rc) rc = bench_measure(&cell, paths, npaths, o, sizes[z].label, results + done);
             done += npaths;
+            pinstage_devbuf_free(pc.other_device);
+            free(pc.other_host);
             pinstage_devbuf_free(cell.device);
             for (size_t i = 0; i < ch.count; i++) free(ch.hosts[i]);
         }
@@ -381,6 +421,7 @@ int main(int argc, char **argv) {
     const char *paths_arg = NULL, *output = NULL, *json_output = NULL, *driver = NULL, *trace_path = NULL;
     const char *profile_path = NULL, *calibrate_path = NULL;
     int thorough = 0, sched = -1, pipeline = 0, conditions = 0, load_kind = BENCH_LOAD_NONE, cold = 0;
+    double paced_us = 0;
     int budget_given = 0;
     const char *devices_arg = NULL;
     long child = -1;
@@ -556,6 +597,10 @@ int main(int argc, char **argv) {
         case OPT_COLD:
             cold = 1;
             break;
+        case OPT_PACED:
+            if (parse_seconds(v, &paced_us) || !(paced_us <= 1e6))
+                return bench_fail("--paced takes 0-1000000 (microseconds of idle before each call)");
+            break;
         case OPT_DEVICES:
             devices_arg = v;
             break;
@@ -663,6 +708,7 @@ int main(int argc, char **argv) {
     pinstage_pool_info pool;
     pinstage_pool_get_info(&pool);
     ctx.pool_workers = (int)pool.workers;
+    ctx.paced_us = paced_us;
     describe_machine(&ctx, device);
 
     int rc;
@@ -754,7 +800,8 @@ int main(int argc, char **argv) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         if (load_kind == BENCH_LOAD_CPU) bench_load_start(&l, cpus > 4 ? (unsigned)(cpus - 4) : 0, BENCH_LOAD_CPU);
         if (load_kind == BENCH_LOAD_MEMORY) bench_load_start(&l, 4, BENCH_LOAD_MEMORY);
-        rc = table_mode(sizes, nsizes, directions, paths, npaths, &o, cold, &ctx, format, output, json_output);
+        rc = table_mode(sizes, nsizes, directions, paths, npaths, &o, cold, paced_us, &ctx, format, output,
+                        json_output);
         if (load_kind != BENCH_LOAD_NONE) bench_load_stop(&l);
     }
     pinstage_profile_free(loaded);
