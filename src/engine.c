@@ -317,13 +317,18 @@ static void plain_block(void *arg, size_t i) {
 }
 
 void ps_engine_copy_in(ps_pool *pool, void *pinned, const void *src, size_t len) {
-    unsigned threads = ps_pool_workers(pool) + 1;
-    size_t grain = len / (2 * (size_t)threads);
+    ps_job job;
+    /* Blocks for the threads the copy gets, as the transfers' (ps_engine_h2d):
+     * cut for every worker while most CPUs are busy elsewhere, a seated
+     * thread would go between many small blocks. */
+    ps_job_enter(pool, &job, ps_pool_workers(pool));
+    size_t grain = len / (2 * ((size_t)job.seats + 1));
     if (grain < MIN_BLOCK) grain = MIN_BLOCK;
     if (grain > MAX_BLOCK) grain = MAX_BLOCK;
     while (len / grain + 1 > PS_JOB_MAX_BLOCKS - 16) grain *= 2;
     plain_copy c = {pinned, src, len, blocks_for(len, grain)};
-    ps_pool_run(pool, c.nb, threads - 1, plain_block, &c);
+    ps_job_post(&job, c.nb, c.nb, plain_block, &c);
+    ps_job_finish(&job);
 }
 
 /* ---- Uploads ------------------------------------------------------------------------- */

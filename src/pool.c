@@ -411,8 +411,10 @@ static unsigned wake(ps_pool *p, unsigned n, unsigned seated) {
 
 static _Thread_local unsigned thread_index;
 static _Thread_local unsigned last_seats, last_woken;
+static _Thread_local size_t last_blocks;
 
 unsigned ps_pool_last_seats(void) { return last_seats; }
+size_t ps_pool_last_blocks(void) { return last_blocks; }
 unsigned ps_pool_last_woken(void) { return last_woken; }
 
 unsigned long ps_pool_wakeups(ps_pool *p) { return atomic_load_explicit(&p->wakeups, memory_order_relaxed); }
@@ -659,6 +661,7 @@ void ps_job_post(ps_job *job, size_t count, size_t limit, ps_block_fn fn, void *
         atomic_init(&job->local.state, 0);
     }
     last_seats = job->seats;
+    last_blocks = count;
     last_woken = 0;
     ps_job_slot *s = job->slot;
     uint32_t gen = (GEN(atomic_load_explicit(&s->state, memory_order_relaxed)) + 1) & GEN_MASK;

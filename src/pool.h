@@ -112,9 +112,10 @@ unsigned ps_pool_workers(ps_pool *pool);
  * used steadily). */
 unsigned ps_pool_last_woken(void);
 
-/* For tests: the seats the calling thread's last job was given, and how
- * many times a sleeping worker's wait returned. */
+/* For tests: the seats the calling thread's last job was given, its
+ * blocks, and how many times a sleeping worker's wait returned. */
 unsigned ps_pool_last_seats(void);
+size_t ps_pool_last_blocks(void);
 unsigned long ps_pool_wakeups(ps_pool *pool);
 /* For tests: waits that a worker's own timer ended (a rhythm's next job due). */
 unsigned long ps_pool_early_wakeups(ps_pool *pool);

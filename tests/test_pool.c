@@ -388,6 +388,71 @@ static void seats_follow_free_cpus(void) {
     CHECK_OK(pinstage_pool_set_threads(PINSTAGE_POOL_AUTO));
 }
 
+/* A transfer's blocks are cut for the threads its job got: two per thread
+ * and chunk, so beside busy CPUs, with fewer seats, they are larger (a
+ * seated worker goes between fewer of them). The ring's host copy too. */
+static void blocks_follow_the_seats(void) {
+    const size_t M = 1024 * 1024;
+    ps_pool *pool = ps_pool_default();
+    ps_cpus_set_usable(8); /* 6 workers */
+    CHECK_OK(pinstage_pool_set_threads(PINSTAGE_POOL_AUTO));
+    ps_cpus_set_probe(fake_probe);
+    size_t bytes = 4 * M;
+    pinstage_buffer *buf;
+    pinstage_devbuf *d;
+    pinstage_profile *p;
+    unsigned char *src = malloc(bytes), *back = malloc(bytes);
+    REQUIRE_OK(pinstage_buffer_create(&buf));
+    REQUIRE_OK(pinstage_devbuf_alloc_u8(&d, bytes));
+    REQUIRE_OK(pinstage_profile_fixed(&p, PINSTAGE_ROUTE_ENGINE, M, 0));
+    REQUIRE_OK(pinstage_buffer_set_profile(buf, p));
+    pinstage_profile_free(p);
+    /* 1 MiB chunks: with 6 seats, blocks of 1 MiB / 14; with 1 seat, of
+     * 256 KiB. A 2 MiB copy into pinned memory: 2 MiB / 14 and 256 KiB.
+     * Each chunk (8 at most, ramped) may end in a shorter block. */
+    struct {
+        unsigned elsewhere, seats;
+        size_t grain, copy_grain;
+    } cases[] = {{0, 6, M / 14, 2 * M / 14}, {5, 1, M / 4, M / 4}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        atomic_store(&fake_runnable, cases[c].elsewhere + 1);
+        fill_pattern(src, bytes, (unsigned)(40 + c));
+        wait_parked();
+        CHECK_OK(pinstage_buffer_upload(buf, d, src, bytes, NULL));
+        CHECK_EQ(ps_pool_last_seats(), cases[c].seats);
+        size_t least = bytes / cases[c].grain;
+        CHECK(ps_pool_last_blocks() >= least && ps_pool_last_blocks() <= least + 8);
+        read_landed(d, back);
+        CHECK_EQ(pattern_mismatch(back, bytes, (unsigned)(40 + c)), -1);
+
+        memset(back, 0, bytes);
+        wait_parked();
+        CHECK_OK(pinstage_buffer_download(buf, back, bytes, d, NULL));
+        CHECK_EQ(ps_pool_last_seats(), cases[c].seats);
+        CHECK(ps_pool_last_blocks() >= least && ps_pool_last_blocks() <= least + 8);
+        CHECK_EQ(pattern_mismatch(back, bytes, (unsigned)(40 + c)), -1);
+
+        memset(back, 0, bytes);
+        wait_parked();
+        ps_engine_copy_in(pool, back, src, 2 * M);
+        CHECK_EQ(ps_pool_last_seats(), cases[c].seats);
+        CHECK(ps_pool_last_blocks() >= 2 * M / cases[c].copy_grain &&
+              ps_pool_last_blocks() <= 2 * M / cases[c].copy_grain + 1);
+        CHECK_EQ(pattern_mismatch(back, 2 * M, (unsigned)(40 + c)), -1);
+        CHECK_EQ(back[2 * M], 0);
+    }
+    pinstage_stats st;
+    pinstage_buffer_stats(buf, &st);
+    CHECK_EQ(st.engine_transfers, 4);
+    pinstage_devbuf_free(d);
+    pinstage_buffer_free(buf);
+    free(src);
+    free(back);
+    ps_cpus_set_probe(NULL);
+    ps_cpus_set_usable(0);
+    CHECK_OK(pinstage_pool_set_threads(PINSTAGE_POOL_AUTO));
+}
+
 /* ---- Start, resize, idle, shutdown ------------------------------------------------ */
 
 static void engine_transfer(void) {
@@ -910,6 +975,7 @@ int main(void) {
     RUN(several_jobs_share_the_workers);
     RUN(threads_share_the_pool);
     RUN(seats_follow_free_cpus);
+    RUN(blocks_follow_the_seats);
     ps_cpus_set_probe(no_load);
     RUN(resize_while_posting);
     RUN(wakes_only_the_workers_asked_for);
