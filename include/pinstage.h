@@ -63,7 +63,10 @@
  * whatever route it takes: an upload lands after the work already queued on
  * the stream, a download sees the results of that work. This holds for
  * CU_STREAM_NON_BLOCKING streams too. A NULL stream is the legacy default
- * stream, as in the driver.
+ * stream, as in the driver. A download by the driver's pageable path, which
+ * runs on the legacy stream, first waits for the given stream's queued work:
+ * by an event recorded there when cuStreamQuery says there is some, not at
+ * all when the stream is idle.
  *
  * Waiting, and what it costs in CPU
  * ---------------------------------

@@ -37,8 +37,9 @@ pinstage_status ps_record_and_wait(const ps_driver *d, CUevent event, CUstream s
 int ps_drain(const ps_driver *d, CUevent spare, CUstream stream);
 
 /* The driver's pageable path, ordered against `stream`, landed on return.
- * Uploads: async copy + record + wait. Downloads: wait for the stream's work,
- * then the synchronous cuMemcpyDtoH_v2 (faster than its async form).
+ * Uploads: async copy + record + wait. Downloads: wait for the stream's work
+ * (none when cuStreamQuery finds it idle), then the synchronous
+ * cuMemcpyDtoH_v2 (faster than its async form).
  * *refused says the copy call itself returned CUDA_ERROR_INVALID_VALUE: the
  * driver does not take this host range (partly page-locked), so the caller
  * may stage it instead; the same code from a wait means no such thing. */

@@ -99,6 +99,7 @@
     X(cuStreamCreate, 2000, (CUstream * stream, unsigned int flags))                     \
     X(cuStreamDestroy, 4000, (CUstream stream))                                          \
     X(cuStreamSynchronize, 2000, (CUstream stream))                                      \
+    X(cuStreamQuery, 2000, (CUstream stream))                                            \
     X(cuEventCreate, 2000, (CUevent * event, unsigned int flags))                         \
     X(cuEventRecord, 2000, (CUevent event, CUstream stream))                              \
     X(cuEventQuery, 2000, (CUevent event))                                                \
@@ -119,7 +120,6 @@
     X(cuMemcpyDtoDAsync, 3020, (CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream)) \
     X(cuMemsetD8, 3020, (CUdeviceptr dst, unsigned char value, size_t count))             \
     X(cuMemsetD8Async, 3020, (CUdeviceptr dst, unsigned char value, size_t count, CUstream stream)) \
-    X(cuStreamQuery, 2000, (CUstream stream))                                             \
     X(cuEventSynchronize, 2000, (CUevent event))                                          \
     X(cuLaunchHostFunc, 10000, (CUstream stream, CUhostFn fn, void *user_data))           \
     X(cuPointerGetAttribute, 4000, (void *data, CUpointer_attribute attribute, CUdeviceptr ptr)) \

@@ -252,6 +252,48 @@ static void every_route_is_ordered_after_queued_work(void) {
     free(host);
 }
 
+/* The pageable download waits for the stream's queued work by an event only
+ * when there is some: an idle stream is asked (cuStreamQuery), which answers
+ * at once, where an event on it completes only once the GPU has seen it. */
+static void a_pageable_download_records_an_event_only_for_queued_work(void) {
+    if (!emu) {
+        printf("#   skipped: counts the emulator's calls\n");
+        return;
+    }
+    size_t bytes = 300 * K;
+    unsigned char *host = malloc(bytes);
+    pinstage_devbuf *d;
+    pinstage_buffer *buf;
+    pinstage_profile *p;
+    REQUIRE_OK(pinstage_devbuf_alloc_u8(&d, bytes));
+    REQUIRE_OK(pinstage_buffer_create(&buf));
+    REQUIRE_OK(pinstage_profile_fixed(&p, PINSTAGE_ROUTE_PAGEABLE, 0, 0));
+    REQUIRE_OK(pinstage_buffer_set_profile(buf, p));
+    pinstage_profile_free(p);
+    CHECK_OK(pinstage_buffer_download(buf, host, bytes, d, nonblocking)); /* its events made */
+    struct {
+        CUstream stream;
+        int busy;
+        unsigned long queries, records;
+    } cases[] = {{nonblocking, 0, 1, 0}, {nonblocking, 1, 1, 1}, {blocking, 0, 1, 0}, {NULL, 1, 0, 0}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        unsigned char value = (unsigned char)(0x30 + c);
+        queue_busy_work(cases[c].stream, d, value);
+        if (!cases[c].busy) CHECK_EQ(drv.stream_sync(cases[c].stream), CUDA_SUCCESS);
+        unsigned long queries = emu->calls("cuStreamQuery"), records = emu->calls("cuEventRecord");
+        CHECK_OK(pinstage_buffer_download(buf, host, bytes, d, cases[c].stream));
+        CHECK_EQ(first_not(host, bytes, value), -1);
+        CHECK_EQ(emu->calls("cuStreamQuery") - queries, cases[c].queries);
+        CHECK_EQ(emu->calls("cuEventRecord") - records, cases[c].records);
+    }
+    pinstage_stats st;
+    pinstage_buffer_stats(buf, &st);
+    CHECK_EQ(st.pageable_transfers, 5);
+    pinstage_buffer_free(buf);
+    pinstage_devbuf_free(d);
+    free(host);
+}
+
 /* ---- Page-locked host memory ----------------------------------------------------------- */
 
 static void page_locked_memory_goes_straight_to_the_dma(void) {
@@ -463,6 +505,7 @@ int main(void) {
     RUN(a_failure_in_a_ramped_download_leaves_the_buffer_usable);
     RUN(a_large_transfer_pins_at_most_32_mib);
     RUN(every_route_is_ordered_after_queued_work);
+    RUN(a_pageable_download_records_an_event_only_for_queued_work);
     RUN(page_locked_memory_goes_straight_to_the_dma);
     RUN(partly_page_locked_memory_is_staged);
     RUN(a_failure_at_each_stage_leaves_no_dma_behind);
