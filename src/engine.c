@@ -47,18 +47,6 @@
  * above MAX_BLOCK a thread that loses its CPU holds too much of a chunk. */
 #define MIN_BLOCK ((size_t)8 << 10)
 #define MAX_BLOCK ((size_t)256 << 10)
-
-/* Below this a transfer's host copy takes workers that are up but wakes no
- * parked one: waking them cost the caller more than they bring. Paced
- * (`pinstage-bench --paced 5000 --paths engine --engine 0:T`, H200 machine),
- * the caller alone copied 147 KiB in 35.7 us up / 30.9 us down against 52.3
- * / 51.3 us with every worker woken, 256 KiB in 48.5 / 43.4 against 60.5 /
- * 45.2 us; at 512 KiB the woken workers won (63.9 / 58.1 against 77.3 /
- * 77.0 us). Traced, the caller of a 147 KiB upload ran none of its 19
- * blocks in most calls: the workers woken first had copied them all while
- * the caller was still posting the job, whose broadcast wakes every parked
- * worker. */
-#define WAKE_MIN_BYTES ((size_t)384 << 10)
 /* At most this many chunks per transfer (a longer schedule's chunks grow). */
 #define MAX_CHUNKS 4096u
 /* Smallest first chunk of a ramp. */
@@ -334,7 +322,6 @@ void ps_engine_copy_in(ps_pool *pool, void *pinned, const void *src, size_t len)
      * cut for every worker while most CPUs are busy elsewhere, a seated
      * thread would go between many small blocks. */
     ps_job_enter(pool, &job, ps_pool_workers(pool));
-    job.awake_only = len < WAKE_MIN_BYTES;
     size_t grain = len / (2 * ((size_t)job.seats + 1));
     if (grain < MIN_BLOCK) grain = MIN_BLOCK;
     if (grain > MAX_BLOCK) grain = MAX_BLOCK;
@@ -365,7 +352,6 @@ pinstage_status ps_engine_h2d(const ps_driver *d, ps_pool *pool, const ps_stage 
     *in_flight = 0;
 
     ps_job_enter(pool, &job, threads - 1);
-    job.awake_only = bytes < WAKE_MIN_BYTES;
     flow_init(&f, &sch, stage->pinned, src, 1, job.seats + 1);
     size_t opened = sch.fits || n < PS_ENGINE_SLOTS ? n : PS_ENGINE_SLOTS;
     unsigned idle = 0;
@@ -454,7 +440,6 @@ pinstage_status ps_engine_d2h(const ps_driver *d, ps_pool *pool, const ps_stage 
         return s;
     }
     ps_job_enter(pool, &job, threads - 1);
-    job.awake_only = bytes < WAKE_MIN_BYTES;
     flow_init(&f, &sch, stage->pinned, dst, 0, job.seats + 1);
     f.trace = ps_trace_begin(1, bytes, (unsigned)n);
     for (size_t k = 0; k < queued; k++) ps_trace_chunk(f.trace, (unsigned)k, PS_TRACE_ENQUEUED);

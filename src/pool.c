@@ -644,7 +644,6 @@ none:
 
 void ps_job_enter(ps_pool *p, ps_job *job, unsigned helpers) {
     job->pool = p;
-    job->awake_only = 0;
     atomic_fetch_add_explicit(&p->callers, 1, memory_order_relaxed);
     job->seats = seats_for(p, helpers);
 }
@@ -675,7 +674,7 @@ void ps_job_post(ps_job *job, size_t count, size_t limit, ps_block_fn fn, void *
     atomic_store_explicit(&s->state, PACK(gen, limit == count, 0, limit), memory_order_seq_cst);
     if (s == &job->local) return;
     note_job(p, now_ns());
-    if (limit && !job->awake_only) last_woken = wake(p, job->seats, 0);
+    if (limit) last_woken = wake(p, job->seats, 0);
 }
 
 void ps_job_start(ps_pool *p, ps_job *job, size_t count, size_t limit, unsigned helpers, ps_block_fn fn,
@@ -695,8 +694,7 @@ void ps_job_open(ps_job *job, size_t limit) {
     /* Seated workers are spinning for it; parked ones wake if seats are free. */
     if (s != &job->local) {
         uint64_t w = atomic_load_explicit(&s->seats, memory_order_relaxed);
-        if ((uint32_t)w < job->seats && !job->awake_only)
-            last_woken += wake(job->pool, job->seats - (uint32_t)w, (uint32_t)w);
+        if ((uint32_t)w < job->seats) last_woken += wake(job->pool, job->seats - (uint32_t)w, (uint32_t)w);
     }
 }
 

@@ -52,7 +52,6 @@ typedef struct ps_job {
     ps_job_slot *slot; /* &local when not posted */
     size_t count;
     unsigned seats; /* workers it may have */
-    int awake_only; /* seats only workers already up, wakes none (set between enter and post) */
     ps_job_slot local;
 } ps_job;
 
@@ -79,10 +78,7 @@ void ps_job_start(ps_pool *pool, ps_job *job, size_t count, size_t limit, unsign
 /* The two halves of ps_job_start, for a poster that sizes its blocks by the
  * threads it gets: enter counts the calling thread in and sets job->seats,
  * the workers the job may have; post publishes the job (with no seats when
- * count < 2 or no slot is free). Setting job->awake_only in between keeps
- * parked workers asleep: the seats go to workers up already (spinning after
- * a job, or up for a rhythm's next), for a job the caller finishes alone
- * sooner than a parked worker would start. */
+ * count < 2 or no slot is free). */
 void ps_job_enter(ps_pool *pool, ps_job *job, unsigned helpers);
 void ps_job_post(ps_job *job, size_t count, size_t limit, ps_block_fn fn, void *arg);
 /* Lets blocks below `limit` be claimed (limits only grow). */

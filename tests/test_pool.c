@@ -453,55 +453,6 @@ static void blocks_follow_the_seats(void) {
     CHECK_OK(pinstage_pool_set_threads(PINSTAGE_POOL_AUTO));
 }
 
-/* A transfer below 384 KiB (or a copy into pinned memory that small) takes
- * the workers that are up and wakes no parked one: the caller copies it
- * sooner alone than it could wake them. From there on it wakes them. */
-static void small_transfers_wake_no_parked_worker(void) {
-    const size_t K = 1024;
-    ps_pool *pool = ps_pool_default();
-    size_t sizes[] = {150528, 383 * K, 384 * K, 512 * K};
-    int woken[] = {0, 0, 1, 1};
-    unsigned char *src = malloc(512 * K), *back = malloc(512 * K);
-    pinstage_buffer *buf;
-    pinstage_profile *p;
-    REQUIRE_OK(pinstage_buffer_create(&buf));
-    REQUIRE_OK(pinstage_profile_fixed(&p, PINSTAGE_ROUTE_ENGINE, 0, 0));
-    REQUIRE_OK(pinstage_buffer_set_profile(buf, p));
-    pinstage_profile_free(p);
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        size_t bytes = sizes[i];
-        pinstage_devbuf *d;
-        REQUIRE_OK(pinstage_devbuf_alloc_u8(&d, bytes));
-        fill_pattern(src, bytes, (unsigned)(60 + i));
-        for (int dir = 0; dir < 3; dir++) {
-            wait_parked();
-            unsigned long before = ps_pool_wakeups(pool);
-            memset(back, 0, bytes);
-            if (dir == 0) {
-                CHECK_OK(pinstage_buffer_upload(buf, d, src, bytes, NULL));
-                read_landed(d, back);
-            } else if (dir == 1) {
-                CHECK_OK(pinstage_buffer_download(buf, back, bytes, d, NULL));
-            } else {
-                ps_engine_copy_in(pool, back, src, bytes);
-            }
-            CHECK_EQ(pattern_mismatch(back, bytes, (unsigned)(60 + i)), -1);
-            CHECK(ps_pool_last_seats() > 0);
-            if (woken[i]) {
-                CHECK(ps_pool_last_woken() > 0);
-            } else {
-                CHECK_EQ(ps_pool_last_woken(), 0);
-                sleep_ms(20); /* a worker woken late would count by now */
-                CHECK_EQ(ps_pool_wakeups(pool), before);
-            }
-        }
-        pinstage_devbuf_free(d);
-    }
-    pinstage_buffer_free(buf);
-    free(src);
-    free(back);
-}
-
 /* ---- Start, resize, idle, shutdown ------------------------------------------------ */
 
 static void engine_transfer(void) {
@@ -1026,7 +977,6 @@ int main(void) {
     RUN(seats_follow_free_cpus);
     RUN(blocks_follow_the_seats);
     ps_cpus_set_probe(no_load);
-    RUN(small_transfers_wake_no_parked_worker);
     RUN(resize_while_posting);
     RUN(wakes_only_the_workers_asked_for);
     RUN(wakes_ahead_of_jobs_in_a_rhythm);
