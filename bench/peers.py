@@ -196,7 +196,8 @@ def make_paths(torch, cupy, numpy, pinstage, nbytes, dev):
         paths["pinstage-devarray"] = (ps_dev_h2d, ps_dev_d2h)
         paths["pinstage-resident"] = (ps_res_h2d, ps_res_d2h)
         paths["pinstage-resident-devarray"] = (ps_res_dev_h2d, ps_res_dev_d2h)
-        state.update(buf=buf, buf_res=buf_res, dev_array=dev_array, a_np=a_np, o_np=o_np)
+        state.update(buf=buf, buf_res=buf_res, dev_array=dev_array, a_np=a_np, o_np=o_np,
+                     route_buffers={"pinstage": buf, "pinstage-devarray": buf_dev})
     return paths, state
 
 
@@ -270,15 +271,23 @@ def measure(args, torch, cupy, numpy, pinstage, dev):
             if per_round > 0 and args.budget > 0:
                 reps = max(10, min(reps, int(args.budget / per_round)))
             samples = {name: [] for name in names}
+            # Which route upload / download took: the buffer's counter read around each
+            # timed call, outside its timing (as pinstage-bench's pageable_share).
+            route_buffers = state.get("route_buffers", {})
+            pageable_calls = {name: 0 for name in names}
             for p in range(PASSES):
                 for name in names:
                     fn = paths[name][idx]
+                    counted = route_buffers.get(name)
                     for j in range(BLOCK_WARMUP + reps // PASSES + (p < reps % PASSES)):
+                        before = counted.stats().pageable_transfers if counted and j >= BLOCK_WARMUP else None
                         t = time.perf_counter_ns()
                         fn()
                         elapsed = (time.perf_counter_ns() - t) / 1e3
                         if j >= BLOCK_WARMUP:
                             samples[name].append(elapsed)
+                        if before is not None:
+                            pageable_calls[name] += counted.stats().pageable_transfers - before
             if pinstage is not None and (wanted is None or "pinstage-c" in wanted):
                 # The same calls timed from C inside the module: what C pays.
                 host = state["a_np"] if direction == "h2d" else state["o_np"]
@@ -295,6 +304,8 @@ def measure(args, torch, cupy, numpy, pinstage, dev):
                                 "gbps": round(nbytes / (m[0] * 1e3), 3),
                                 "ratio_vs_pageable": round(med["torch-pageable"][0] / m[0], 4),
                                 "emulated": False})
+                if name in route_buffers and name in pageable_calls:
+                    results[-1]["pageable_share"] = round(pageable_calls[name] / m[4], 4)
         del paths, state
         torch.cuda.empty_cache()
     return results
