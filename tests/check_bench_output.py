@@ -54,6 +54,39 @@ def check_record(rec, where):
     check(str(rec["emulated"]).lower() in ("1", "true"), f"{where}: marked emulated")
 
 
+def check_peers_routes():
+    """bench/conditions.py on peers.py rows: the PyTorch comparison names the route of the worst
+    process's pinstage calls, and the per-process table gains a column for it."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+    import conditions
+    frame = conditions.FRAME
+
+    def row(process, path, us, share=None):
+        r = {"condition": "fresh-process", "process": process, "direction": "h2d", "bytes": frame,
+             "path": path, "median_us": us}
+        if share is not None:
+            r["pageable_share"] = share
+        return r
+    peers = {"results": [row(0, "pinstage", 150.0, 0.02), row(0, "torch-copy-in", 240.0),
+                         row(1, "pinstage", 300.0, 0.75), row(1, "torch-copy-in", 270.0)]}
+    context = {"command": "pinstage-bench --conditions", "date": "2026-12-03", "device": "emulated",
+               "host_cores": 4}
+    cond = {"context": context, "engine_threads": 4, "results": []}
+    peers["context"] = {"command": "peers.py --fresh 2"}
+    ts = [t for t in conditions.targets(cond, peers) if "copy-in" in t[0]]
+    check(len(ts) == 1 and ts[0][2].startswith("0.90x") and "pageable route in 75% of calls" in ts[0][2]
+          and not ts[0][3], f"conditions.py: the worst process and its route: {ts}")
+    lines = []
+    conditions.section(cond, peers, lines.append)
+    table = [l for l in lines if l.startswith("| H2D")]
+    check(len(table) == 2 and table[0].endswith("| 2% |") and table[1].endswith("| 75% |"),
+          f"conditions.py: the per-process table's route column: {table}")
+    for r in peers["results"]:
+        r.pop("pageable_share", None)
+    ts = [t for t in conditions.targets(cond, peers) if "copy-in" in t[0]]
+    check(len(ts) == 1 and "pageable route" not in ts[0][2], "conditions.py: no route without the field")
+
+
 def main():
     bench, emu = sys.argv[1], sys.argv[2]
     env = dict(os.environ)
@@ -245,6 +278,7 @@ def main():
         r = run(bench, env, "--trace", trace)
         lines = [x for x in r.stdout.splitlines() if x and not x.startswith("#")]
         check(r.returncode == 0 and len(lines) > 2 and lines[1].split()[1] in ("h2d", "d2h"), "--trace summarizes it")
+    check_peers_routes()
     print(f"{len(failures)} failed" if failures else "bench output ok")
     return 1 if failures else 0
 
