@@ -105,6 +105,16 @@ const char *bench_direction_name(bench_direction d);
 double bench_now_us(void);
 double bench_cpu_us(void);
 void bench_sleep_us(double us);
+/* The gap between a frame loop's transfers, as a bench_run_options
+ * before_call hook (arg: a bench_pace): idle_us of sleep, then the driver's
+ * pageable copy of other memory in the same direction. */
+typedef struct bench_pace {
+    double idle_us;
+    bench_direction dir;
+    unsigned char *other_host;
+    pinstage_devbuf *other_device;
+} bench_pace;
+void bench_pace_call(void *pace);
 /* A qsort order for doubles; quantiles of sorted values; the median (sorts). */
 int bench_compare_double(const void *a, const void *b);
 int bench_compare_size(const void *a, const void *b);

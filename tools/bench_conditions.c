@@ -316,26 +316,6 @@ static int fresh_processes(cond_state *st) {
     return 0;
 }
 
-/* ---- Paced calls ------------------------------------------------------------------ */
-
-typedef struct {
-    cond_state *st;
-    bench_direction dir;
-    unsigned char *other_host;
-    pinstage_devbuf *other_device;
-} paced_arg;
-
-/* Before each call: idle, then another path's copy of other memory. */
-static void paced_before(void *arg) {
-    paced_arg *p = arg;
-    bench_sleep_us(PACED_IDLE_US);
-    size_t bytes = pinstage_devbuf_bytes(p->other_device);
-    if (p->dir == BENCH_H2D)
-        pinstage_devbuf_copy_from_host(p->other_device, p->other_host, bytes);
-    else
-        pinstage_devbuf_copy_to_host(p->other_device, p->other_host, bytes);
-}
-
 /* ---- Concurrent transfers ------------------------------------------------------------ */
 
 typedef struct {
@@ -559,13 +539,13 @@ int bench_conditions(const conditions_options *o, const bench_context *ctx, FILE
     progress(&st, "paced");
     for (size_t z = 0; z < o->nsizes && !rc; z++)
         for (int d = 0; d < 2 && !rc; d++) {
-            paced_arg pa = {&st, (bench_direction)d, bench_host_memory(o->sizes[z]), NULL};
+            bench_pace pa = {PACED_IDLE_US, (bench_direction)d, bench_host_memory(o->sizes[z]), NULL};
             if (!pa.other_host || (s = pinstage_devbuf_alloc_u8(&pa.other_device, o->sizes[z]))) {
                 free(pa.other_host);
                 rc = bench_fail("out of memory for the paced run");
                 break;
             }
-            bench_run_options paced = {40, 3, 0.8, 1, paced_before, &pa};
+            bench_run_options paced = {40, 3, 0.8, 1, bench_pace_call, &pa};
             cond_row *first;
             rc = measure(&st, "paced", (bench_direction)d, o->sizes[z], three_paths, 3, &paced, &first);
             pinstage_devbuf_free(pa.other_device);

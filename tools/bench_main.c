@@ -304,21 +304,13 @@ static void next_host(void *arg) {
 /* --paced: before every call, idle and another copy, as between a frame
  * loop's transfers (the same as --conditions' paced rows, for any path). */
 typedef struct {
-    double idle_us;
-    bench_direction dir;
-    unsigned char *other_host;
-    pinstage_devbuf *other_device;
+    bench_pace pace;
     cold_hosts *cold; /* also --cold: the next host buffer, else NULL */
 } paced_calls;
 
 static void pace(void *arg) {
     paced_calls *p = arg;
-    bench_sleep_us(p->idle_us);
-    size_t bytes = pinstage_devbuf_bytes(p->other_device);
-    if (p->dir == BENCH_H2D)
-        pinstage_devbuf_copy_from_host(p->other_device, p->other_host, bytes);
-    else
-        pinstage_devbuf_copy_to_host(p->other_device, p->other_host, bytes);
+    bench_pace_call(&p->pace);
     if (p->cold) next_host(p->cold);
 }
 
@@ -370,11 +362,11 @@ static int table_mode(const bench_size *sizes, size_t nsizes, int directions, co
                 options.before_call = next_host;
                 options.before_arg = &ch;
             }
-            paced_calls pc = {paced_us, cell.direction, NULL, NULL, cold ? &ch : NULL};
+            paced_calls pc = {{paced_us, cell.direction, NULL, NULL}, cold ? &ch : NULL};
             if (paced_us > 0) {
-                if (!(pc.other_host = bench_host_memory(cell.bytes))) {
+                if (!(pc.pace.other_host = bench_host_memory(cell.bytes))) {
                     rc = bench_fail("out of host memory");
-                } else if ((s = pinstage_devbuf_alloc_u8(&pc.other_device, cell.bytes))) {
+                } else if ((s = pinstage_devbuf_alloc_u8(&pc.pace.other_device, cell.bytes))) {
                     rc = bench_driver_fail("device memory", s);
                 } else {
                     options.before_call = pace;
@@ -383,8 +375,8 @@ static int table_mode(const bench_size *sizes, size_t nsizes, int directions, co
             }
             if (!rc) rc = bench_measure(&cell, paths, npaths, o, sizes[z].label, results + done);
             done += npaths;
-            pinstage_devbuf_free(pc.other_device);
-            free(pc.other_host);
+            pinstage_devbuf_free(pc.pace.other_device);
+            free(pc.pace.other_host);
             pinstage_devbuf_free(cell.device);
             for (size_t i = 0; i < ch.count; i++) free(ch.hosts[i]);
         }

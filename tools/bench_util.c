@@ -26,6 +26,16 @@ void bench_sleep_us(double us) {
     nanosleep(&ts, NULL);
 }
 
+void bench_pace_call(void *pace) {
+    bench_pace *p = pace;
+    bench_sleep_us(p->idle_us);
+    size_t bytes = pinstage_devbuf_bytes(p->other_device);
+    if (p->dir == BENCH_H2D)
+        pinstage_devbuf_copy_from_host(p->other_device, p->other_host, bytes);
+    else
+        pinstage_devbuf_copy_to_host(p->other_device, p->other_host, bytes);
+}
+
 int bench_compare_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
