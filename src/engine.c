@@ -192,17 +192,19 @@ static size_t block_start(size_t len, size_t i, size_t nb) {
 
 static size_t blocks_for(size_t len, size_t grain) { return len ? (len + grain - 1) / grain : 1; }
 
-/* The block size of a transfer: two blocks per thread per chunk, within
- * [MIN_BLOCK, MAX_BLOCK], and few enough blocks for one job. `threads` are
+/* The block size of a transfer of `bytes` in `chunks` chunks of up to
+ * `chunk` (ps_engine_copy_in: one piece, no chunk events): two blocks per
+ * thread per chunk, within [MIN_BLOCK, MAX_BLOCK], and few enough blocks
+ * for one job. `threads` are
  * those the job got, not those the plan asked for: each block costs a
  * claim and two counts on lines every thread writes (0.7 us a block
  * between a worker's blocks of 9.6 KiB in a trace with 3 workers), so
  * with fewer threads the blocks grow. */
-static size_t grain_for(const schedule *s, unsigned threads) {
-    size_t grain = s->chunk / (2 * (size_t)threads);
+static size_t grain_for(size_t chunk, size_t bytes, size_t chunks, unsigned threads) {
+    size_t grain = chunk / (2 * (size_t)threads);
     if (grain < MIN_BLOCK) grain = MIN_BLOCK;
     if (grain > MAX_BLOCK) grain = MAX_BLOCK;
-    while (s->bytes / grain + s->n + 1 > PS_JOB_MAX_BLOCKS - 16) grain *= 2;
+    while (bytes / grain + chunks + 1 > PS_JOB_MAX_BLOCKS - 16) grain *= 2;
     return grain;
 }
 
@@ -252,7 +254,7 @@ static void flow_init(flow *f, const schedule *sch, unsigned char *pinned, const
     f->host = (unsigned char *)host;
     f->h2d = h2d;
     f->trace = 0;
-    f->grain = grain_for(sch, threads);
+    f->grain = grain_for(sch->chunk, sch->bytes, sch->n, threads);
     f->full_blocks = blocks_for(sch->chunk, f->grain);
     if (sch->ramped) {
         f->first[0] = 0;
@@ -322,11 +324,7 @@ void ps_engine_copy_in(ps_pool *pool, void *pinned, const void *src, size_t len)
      * cut for every worker while most CPUs are busy elsewhere, a seated
      * thread would go between many small blocks. */
     ps_job_enter(pool, &job, ps_pool_workers(pool));
-    size_t grain = len / (2 * ((size_t)job.seats + 1));
-    if (grain < MIN_BLOCK) grain = MIN_BLOCK;
-    if (grain > MAX_BLOCK) grain = MAX_BLOCK;
-    while (len / grain + 1 > PS_JOB_MAX_BLOCKS - 16) grain *= 2;
-    plain_copy c = {pinned, src, len, blocks_for(len, grain)};
+    plain_copy c = {pinned, src, len, blocks_for(len, grain_for(len, len, 0, job.seats + 1))};
     ps_job_post(&job, c.nb, c.nb, plain_block, &c);
     ps_job_finish(&job);
 }
