@@ -937,42 +937,42 @@ PINSTAGE_API pinstage_status pinstage_route_get_info(pinstage_direction dir, siz
 
 /* ---- The worker pool ----------------------------------------------------- */
 
-/* The engine's host copies run on a pool of worker threads plus the
- * calling thread: one process-wide pool, and for buffers and rings placed
- * on a NUMA node of a host with several (see "Devices and NUMA
- * placement") one pool per node, whose workers run on that node's CPUs. A transfer's host copy is cut into blocks (a few
- * to a few hundred KiB) that whichever thread is running claims, the caller
- * included: a thread that loses its CPU holds one block, not a share of
- * the transfer, and the other threads copy on into the next chunks.
- * Transfers on several threads share the workers. How many workers one
- * transfer may have is capped by the CPUs that are free now: the CPUs this
- * process may use (its affinity mask, lowered to its cgroup's CPU quota;
- * PINSTAGE_CPUS=N in the environment overrides both), less the threads
- * running elsewhere on the machine (sampled from /proc/loadavg at most
- * every 2 ms) and the callers of the transfers in progress, shared among
- * those transfers, and while other threads keep CPUs busy, one more left
- * for the driver's and the kernel's threads. So copy threads do not take
- * turns with a pipeline's own, and a block is seldom held by a thread that
- * lost its CPU. The blocks grow when a transfer gets few threads (two per
- * thread and chunk).
+/* The engine's host copies run on a pool of worker threads plus the calling
+ * thread: one process-wide pool, and for buffers and rings placed on a NUMA
+ * node of a host with several (see "Devices and NUMA placement") one pool
+ * per node, whose workers run on that node's CPUs. A transfer's host copy is
+ * cut into blocks (a few to a few hundred KiB) that whichever thread is
+ * running claims, the caller included: a thread that loses its CPU holds one
+ * block, not a share of the transfer, and the other threads copy on into the
+ * next chunks. Transfers on several threads share the workers. How many
+ * workers one transfer may have is capped by the CPUs that are free now: the
+ * CPUs this process may use (its affinity mask, lowered to its cgroup's CPU
+ * quota; PINSTAGE_CPUS=N in the environment overrides both), less the
+ * threads running elsewhere on the machine (sampled from /proc/loadavg at
+ * most every 2 ms) and the callers of the transfers in progress, shared
+ * among those transfers, and while other threads keep CPUs busy, one more
+ * left for the driver's and the kernel's threads. So copy threads do not
+ * take turns with a pipeline's own, and a block is seldom held by a thread
+ * that lost its CPU. The blocks grow when a transfer gets few threads (two
+ * per thread and chunk).
  * The pool starts at the first engine transfer with one worker per CPU the
- * process may use, less one for the caller and, from 8 CPUs up, one more
- * for the driver's threads and the rest of the program
- * (PINSTAGE_POOL_AUTO). A worker spins while a transfer it helps may still
- * open blocks, then for a short while (200 us by default: the next chunk is
- * usually microseconds away), then parks on a condition variable: an idle
- * process uses no CPU. While it spins it yields its CPU every 20 us, so a
- * thread of the transfer that shares that CPU (the kernel may wake a worker
- * onto its waker's) does not wait for the scheduler's tick. Transfers
- * that come in a rhythm (a frame loop's, 0.5 to 250 ms apart, one to four
- * a period) would each find the workers asleep, and a worker asleep for milliseconds can take 40-130 us to get a
- * CPU back (a VM's idle vCPU): so the workers that helped the last one
- * sleep through the gap (never while a transfer is in progress) and are
- * woken by a timer 150 us before the next is due, and spin until shortly
- * after. When the rhythm stops, each gets up once for the transfer that
- * does not come, then sleeps without a timer (at most 250 ms after the
- * last). The workers are joined at exit. A node's pool is sized the same
- * way to the node's CPUs. The functions below act on every pool. */
+ * process may use, less one for the caller and, from 8 CPUs up, one more for
+ * the driver's threads and the rest of the program (PINSTAGE_POOL_AUTO). A
+ * worker spins while a transfer it helps may still open blocks, then for a
+ * short while (200 us by default: the next chunk is usually microseconds
+ * away), then parks on a condition variable: an idle process uses no CPU.
+ * While it spins it yields its CPU every 20 us, so a thread of the transfer
+ * that shares that CPU (the kernel may wake a worker onto its waker's) does
+ * not wait for the scheduler's tick. Transfers that come in a rhythm (a
+ * frame loop's, 0.5 to 250 ms apart, one to four a period) would each find
+ * the workers asleep, and a worker asleep for milliseconds can take 40-130
+ * us to get a CPU back (a VM's idle vCPU): so the workers that helped the
+ * last one sleep through the gap (never while a transfer is in progress) and
+ * are woken by a timer 150 us before the next is due, and spin until shortly
+ * after. When the rhythm stops, each gets up once for the transfer that does
+ * not come, then sleeps without a timer (at most 250 ms after the last). The
+ * workers are joined at exit. A node's pool is sized the same way to the
+ * node's CPUs. The functions below act on every pool. */
 #define PINSTAGE_POOL_AUTO ((unsigned)-1)
 
 /* Sets the number of worker threads of each pool (0: the calling thread
