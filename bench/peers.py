@@ -8,7 +8,7 @@ blocks of consecutive calls, the blocks of all paths alternating in three
 passes) and written in pinstage-bench's JSON schema (docs/benchmarks.md).
 
 usage: peers.py [--sizes LIST | --sweep A:B] [--paths LIST] [--reps N] [--warmup N]
-                [--budget S] [--device N] [--fresh N] [-o FILE]
+                [--budget S] [--device N] [--fresh N] [--settle MS] [--after-op] [-o FILE]
 
 Paths (ratio_vs_pageable is against torch-pageable in the same run):
   torch-pageable     d.copy_(cpu) / cpu.copy_(d) with ordinary tensors
@@ -26,6 +26,14 @@ pays for the same call): pinstage-c, pinstage-resident-c.
 
 --fresh N runs the measurement in N fresh processes, one after another, and
 writes every process's rows (with "process": i) to one file.
+
+Each block of calls starts after --settle MS of sleep (default 20): after a
+parallel CPU op, PyTorch's OpenMP team spins for about 10 ms on every CPU it
+has (on the H200 machine: 60 ms of CPU in the 5 ms after its pinned copy-in),
+and a path measured in that time finds no CPU free. --after-op measures that
+time on purpose: before every call, untimed, PyTorch copies a tensor of the
+transfer's size on the CPU, as a pipeline that preprocesses with PyTorch right
+before its transfer (the *-c paths are left out then).
 """
 import argparse
 import datetime
@@ -89,6 +97,7 @@ def make_paths(torch, cupy, numpy, pinstage, nbytes, dev):
     d = torch.empty(n, dtype=torch.uint8, device=dev)
     pinned = torch.empty(n, dtype=torch.uint8, pin_memory=True)
     pinned.copy_(src)
+    scratch = torch.empty(n, dtype=torch.uint8)
     paths = {}
 
     def pageable_h2d():
@@ -144,7 +153,11 @@ def make_paths(torch, cupy, numpy, pinstage, nbytes, dev):
     paths["torch-pin-call"] = (pin_call_h2d, pin_call_d2h)
     paths["torch-copy-in"] = (copy_in_h2d, copy_out_d2h)
     paths["torch-resident"] = (resident_h2d, resident_d2h)
-    state = {"d": d, "src": src, "host_out": host_out, "pinned": pinned}
+    def cpu_op():
+        # --after-op: a parallel CPU op of PyTorch's (a copy of the transfer's size) before each call
+        scratch.copy_(src)
+
+    state = {"d": d, "src": src, "host_out": host_out, "pinned": pinned, "cpu_op": cpu_op}
     if cupy is not None:
         a = src.numpy()
         o = numpy.empty(n, dtype=numpy.uint8)
@@ -239,6 +252,37 @@ def poison(direction, state, cupy):
             state["o"].fill(7)
 
 
+def time_blocks(fns, reps, route_buffers, settle_s, before=None, sleep=time.sleep, clock=time.perf_counter_ns):
+    """pinstage-bench's method: each path in blocks of consecutive calls, the blocks of all paths
+    alternating in PASSES passes, the first BLOCK_WARMUP calls of a block untimed. Every block
+    starts after `settle_s` of sleep, so none runs while the last one's threads are still busy:
+    after a parallel CPU op, PyTorch's OpenMP team spins on every CPU for about 10 ms (measured
+    on the H200 machine), and the pool of a path measured then finds no CPU free. `before`, when
+    given, runs untimed before every call (a pipeline's CPU work right before its transfer).
+    Returns ({name: [us, ...]}, {name: calls that took the pageable route}); the route is read
+    from the buffer's counters around each timed call, outside its timing (as pinstage-bench's
+    pageable_share)."""
+    samples = {name: [] for name in fns}
+    pageable_calls = {name: 0 for name in fns}
+    for p in range(PASSES):
+        for name, fn in fns.items():
+            counted = route_buffers.get(name)
+            if settle_s > 0:
+                sleep(settle_s)
+            for j in range(BLOCK_WARMUP + reps // PASSES + (p < reps % PASSES)):
+                if before:
+                    before()
+                counts = counted.stats().pageable_transfers if counted and j >= BLOCK_WARMUP else None
+                t = clock()
+                fn()
+                elapsed = (clock() - t) / 1e3
+                if j >= BLOCK_WARMUP:
+                    samples[name].append(elapsed)
+                if counts is not None:
+                    pageable_calls[name] += counted.stats().pageable_transfers - counts
+    return samples, pageable_calls
+
+
 def measure(args, torch, cupy, numpy, pinstage, dev):
     """Every chosen path at every size, both directions: result rows."""
     results = []
@@ -258,37 +302,22 @@ def measure(args, torch, cupy, numpy, pinstage, dev):
                     raise SystemExit(f"peers.py: {name} {direction} moved wrong bytes")
             if direction == "h2d":
                 state["pinned"].copy_(state["src"])  # resident uploads read it
-            # pinstage-bench's method: warm-up per path, then each path in blocks of
-            # consecutive calls, the blocks alternating in PASSES passes, the first
-            # BLOCK_WARMUP calls of a block untimed.
+            fns = {name: paths[name][idx] for name in names}
+            before = state["cpu_op"] if args.after_op else None
             per_round = 0.0
             for name in names:
                 t0 = time.perf_counter()
                 for _ in range(args.warmup):
-                    paths[name][idx]()
+                    if before:
+                        before()
+                    fns[name]()
                 per_round += (time.perf_counter() - t0) / max(args.warmup, 1)
             reps = args.reps
             if per_round > 0 and args.budget > 0:
                 reps = max(10, min(reps, int(args.budget / per_round)))
-            samples = {name: [] for name in names}
-            # Which route upload / download took: the buffer's counter read around each
-            # timed call, outside its timing (as pinstage-bench's pageable_share).
-            route_buffers = state.get("route_buffers", {})
-            pageable_calls = {name: 0 for name in names}
-            for p in range(PASSES):
-                for name in names:
-                    fn = paths[name][idx]
-                    counted = route_buffers.get(name)
-                    for j in range(BLOCK_WARMUP + reps // PASSES + (p < reps % PASSES)):
-                        before = counted.stats().pageable_transfers if counted and j >= BLOCK_WARMUP else None
-                        t = time.perf_counter_ns()
-                        fn()
-                        elapsed = (time.perf_counter_ns() - t) / 1e3
-                        if j >= BLOCK_WARMUP:
-                            samples[name].append(elapsed)
-                        if before is not None:
-                            pageable_calls[name] += counted.stats().pageable_transfers - before
-            if pinstage is not None and (wanted is None or "pinstage-c" in wanted):
+            samples, pageable_calls = time_blocks(fns, reps, state.get("route_buffers", {}),
+                                                  args.settle / 1e3, before)
+            if pinstage is not None and not args.after_op and (wanted is None or "pinstage-c" in wanted):
                 # The same calls timed from C inside the module: what C pays.
                 host = state["a_np"] if direction == "h2d" else state["o_np"]
                 samples["pinstage-c"] = state["buf"]._c_loop(state["d"], host, idx, reps)
@@ -304,7 +333,7 @@ def measure(args, torch, cupy, numpy, pinstage, dev):
                                 "gbps": round(nbytes / (m[0] * 1e3), 3),
                                 "ratio_vs_pageable": round(med["torch-pageable"][0] / m[0], 4),
                                 "emulated": False})
-                if name in route_buffers and name in pageable_calls:
+                if name in state.get("route_buffers", {}):
                     results[-1]["pageable_share"] = round(pageable_calls[name] / m[4], 4)
         del paths, state
         torch.cuda.empty_cache()
@@ -347,8 +376,14 @@ def main():
     ap.add_argument("--budget", type=float, default=3.0)
     ap.add_argument("--device", type=int, default=0)
     ap.add_argument("--fresh", type=int, default=0, help="run in N fresh processes")
+    ap.add_argument("--settle", type=float, default=20.0,
+                    help="ms of sleep before each block of calls (default 20; 0: none)")
+    ap.add_argument("--after-op", action="store_true",
+                    help="before every call, untimed, a parallel CPU op of PyTorch's (a copy of the size)")
     ap.add_argument("-o", dest="output")
     args = ap.parse_args()
+    if args.settle < 0:
+        ap.error("--settle: milliseconds, 0 or more")
     if args.fresh:
         doc = fresh(args)
     else:
@@ -396,8 +431,11 @@ def run(args):
             "host_cpu": cpu_model(), "host_cores": os.cpu_count() or 0,
             "reps": args.reps, "warmup": args.warmup, "budget_s": args.budget,
             "method": "Python wall clock around each whole call ending in a stream sync (pinstage's calls end "
-                      "landed); median; paths in alternating blocks; *-c paths timed in C inside the module",
+                      f"landed); median; paths in alternating blocks, each after {args.settle:g} ms of sleep"
+                      + ("; before every call, untimed, a PyTorch CPU copy of the size" if args.after_op else
+                         "; *-c paths timed in C inside the module"),
             "command": " ".join(["peers.py"] + sys.argv[1:]),
+            "settle_ms": args.settle, "after_op": args.after_op,
         },
         "results": results,
     }

@@ -87,6 +87,67 @@ def check_peers_routes():
     check(len(ts) == 1 and "pageable route" not in ts[0][2], "conditions.py: no route without the field")
 
 
+def check_peers_blocks():
+    """bench/peers.py's timing loop: every block after its settle sleep, the paths' blocks
+    alternating, the first calls of a block untimed, the CPU op before each call outside the
+    timing, and the route read from the buffer's counters around the timed calls only."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+    import peers
+    now = [0]
+    log = []
+
+    class Stats:
+        def __init__(self, n):
+            self.pageable_transfers = n
+
+    class Buf:
+        calls = 0
+
+        def stats(self):
+            return Stats(self.calls)
+    buf = Buf()
+
+    def path(name, ns, pageable_every=0):
+        def fn():
+            log.append(name)
+            now[0] += ns
+            if name == "pinstage":
+                buf.calls += 1 if pageable_every and len([x for x in log if x == name]) % pageable_every == 0 else 0
+        return fn
+
+    def op():
+        log.append("op")
+        now[0] += 1000000
+
+    def sleep(s):
+        log.append(("sleep", s))
+    fns = {"torch-copy-in": path("torch-copy-in", 3000), "pinstage": path("pinstage", 2000, pageable_every=2)}
+    samples, pageable = peers.time_blocks(fns, 7, {"pinstage": buf}, 0.02, op, sleep=sleep, clock=lambda: now[0])
+    per_block = [peers.BLOCK_WARMUP + 7 // peers.PASSES + (p < 7 % peers.PASSES) for p in range(peers.PASSES)]
+    check(len(samples["pinstage"]) == 7 and len(samples["torch-copy-in"]) == 7,
+          f"peers.time_blocks: reps timed calls per path, warm-up calls untimed ({len(samples['pinstage'])})")
+    check(set(samples["pinstage"]) == {2.0} and set(samples["torch-copy-in"]) == {3.0},
+          f"peers.time_blocks: the CPU op is outside the timing ({set(samples['pinstage'])})")
+    expected = []
+    for p in range(peers.PASSES):
+        for name in fns:
+            expected.append(("sleep", 0.02))
+            expected += ["op", name] * per_block[p]
+    check(log == expected, "peers.time_blocks: blocks alternate, each after its sleep, the op before each call")
+    # The fake buffer counts every second pinstage call as pageable; only timed calls count.
+    start, counted = 0, 0
+    for p in range(peers.PASSES):
+        numbers = range(start + 1, start + per_block[p] + 1)
+        counted += sum(1 for c in list(numbers)[peers.BLOCK_WARMUP:] if c % 2 == 0)
+        start += per_block[p]
+    check(pageable == {"torch-copy-in": 0, "pinstage": counted} and counted > 0,
+          f"peers.time_blocks: pageable-route calls counted in timed calls only ({pageable}, want {counted})")
+    log.clear()
+    samples, _ = peers.time_blocks(fns, 3, {}, 0, None, sleep=sleep, clock=lambda: now[0])
+    check("op" not in log and not any(isinstance(x, tuple) for x in log) and len(samples["pinstage"]) == 3,
+          "peers.time_blocks: no sleep with settle 0, no op without one")
+
+
 def main():
     bench, emu = sys.argv[1], sys.argv[2]
     env = dict(os.environ)
@@ -279,6 +340,7 @@ def main():
         lines = [x for x in r.stdout.splitlines() if x and not x.startswith("#")]
         check(r.returncode == 0 and len(lines) > 2 and lines[1].split()[1] in ("h2d", "d2h"), "--trace summarizes it")
     check_peers_routes()
+    check_peers_blocks()
     print(f"{len(failures)} failed" if failures else "bench output ok")
     return 1 if failures else 0
 
