@@ -196,6 +196,13 @@ def section(cond, peers, add, png=None):
     add("Every row carries the process CPU time per GB moved. The bound: a staged byte is read and written by the")
     add("CPU and read again by the DMA engine, so at the process's parallel memcpy rate M (measured just before,")
     add("64 MiB) a staged transfer runs at most at min(link, 2M/3), the link being the same process's floor.\n")
+    settle = peers["context"].get("settle_ms") if peers else None
+    if settle:
+        add(f"PyTorch's rows come from `bench/peers.py`'s own fresh processes, each block of calls after {settle:g} ms")
+        add("of sleep: after a parallel CPU op PyTorch's OpenMP threads spin on every CPU for about 10 ms, and")
+        add("a transfer made in that time finds no CPU free for pinstage's copy threads. That window, what")
+        add("pinstage loses there and what a program can set, is measured apart (`peers.py --after-op`;")
+        add("docs/findings.md, \"PyTorch's OpenMP threads\").\n")
     add("### Targets\n")
     for line in table(targets(cond, peers)):
         add(line)
