@@ -972,7 +972,9 @@ PINSTAGE_API pinstage_status pinstage_route_get_info(pinstage_direction dir, siz
  * after. When the rhythm stops, each gets up once for the transfer that does
  * not come, then sleeps without a timer (at most 250 ms after the last). The
  * workers are joined at exit. A node's pool is sized the same way to the
- * node's CPUs. The functions below act on every pool. */
+ * node's CPUs. The workers are named pinstage-1, pinstage-2, ... (node N's:
+ * pinstageN-1, ...), as top -H, gdb and /proc/PID/task/TID/comm show them.
+ * The functions below act on every pool. */
 #define PINSTAGE_POOL_AUTO ((unsigned)-1)
 
 /* Sets the number of worker threads of each pool (0: the calling thread

@@ -64,6 +64,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -567,6 +568,13 @@ static void start_locked(ps_pool *p) {
             break;
         }
         p->nthreads++;
+        /* Named before the first job can see it, for top -H, gdb, perf and
+         * /proc: whose threads these are. */
+        char name[32];
+        if (p->node >= 0) snprintf(name, sizeof name, "pinstage%d-%u", p->node, i + 1);
+        else snprintf(name, sizeof name, "pinstage-%u", i + 1);
+        name[15] = '\0'; /* the kernel keeps 15 characters */
+        pthread_setname_np(p->threads[i], name);
     }
     if (use) pthread_attr_destroy(use);
     atomic_store_explicit(&p->started, 1, memory_order_release);

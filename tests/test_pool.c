@@ -3,7 +3,9 @@
  * threads at once; jobs that open their blocks gradually; a worker that
  * stalls mid-block holds that block and nothing else; several jobs from
  * several threads share the workers; seats never outnumber the free CPUs;
- * start, resize, idle, shutdown; an idle pool uses no CPU. */
+ * start, resize, idle, shutdown; an idle pool uses no CPU; the workers
+ * carry their names. */
+#include <dirent.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -962,6 +964,62 @@ static void resize_while_posting(void) {
     CHECK_OK(pinstage_pool_set_threads(PINSTAGE_POOL_AUTO));
 }
 
+/* ---- Names ---------------------------------------------------------------------------- */
+
+/* This process's threads named pinstage-N: how many, and which N (bit N-1). */
+static unsigned named_workers(unsigned long *which) {
+    unsigned count = 0;
+    *which = 0;
+    DIR *dir = opendir("/proc/self/task");
+    if (!dir) return 0;
+    struct dirent *e;
+    while ((e = readdir(dir))) {
+        if (e->d_name[0] == '.') continue;
+        char path[64], name[32] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%.20s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        if (fgets(name, sizeof name, f)) {
+            unsigned n = 0;
+            char rest = 0;
+            if (sscanf(name, "pinstage-%u%c", &n, &rest) == 2 && rest == '\n' && n >= 1 && n <= 64) {
+                count++;
+                *which |= 1ul << (n - 1);
+            }
+        }
+        fclose(f);
+    }
+    closedir(dir);
+    return count;
+}
+
+static void workers_carry_their_name(void) {
+#if defined(__linux__)
+    unsigned long which;
+    pinstage_pool_info info;
+    ps_cpus_set_probe(no_load); /* seats, so the workers start, whatever else the machine runs */
+    CHECK_OK(pinstage_pool_set_threads(3));
+    CHECK_EQ(named_workers(&which), 0); /* not started yet */
+    tally *t = new_tally();
+    ps_pool_run(ps_pool_default(), 64, 3, count_block, t);
+    pinstage_pool_get_info(&info);
+    CHECK_EQ(info.running, 3);
+    CHECK_EQ(named_workers(&which), 3);
+    CHECK_EQ(which, 0x7ul); /* pinstage-1, -2, -3 */
+    /* Resized: the stopped workers are gone, the new ones named from 1. */
+    CHECK_OK(pinstage_pool_set_threads(2));
+    CHECK_EQ(named_workers(&which), 0);
+    ps_pool_run(ps_pool_default(), 64, 2, count_block, t);
+    CHECK_EQ(named_workers(&which), 2);
+    CHECK_EQ(which, 0x3ul);
+    free(t);
+    CHECK_OK(pinstage_pool_set_threads(PINSTAGE_POOL_AUTO));
+    ps_cpus_set_probe(NULL);
+#else
+    printf("#   skipped: thread names are read from /proc\n");
+#endif
+}
+
 int main(void) {
     test_setup();
     /* Workers get seats whatever else the machine runs (other tests), so
@@ -986,6 +1044,7 @@ int main(void) {
     RUN(a_buffer_repeats_a_cold_probe);
     RUN(a_spinning_worker_gives_its_cpu_up);
     RUN(start_resize_idle_shutdown);
+    RUN(workers_carry_their_name);
     check_current_test = "no_leaks";
     CHECK_NO_LEAK(before);
     return test_finish();
