@@ -85,6 +85,20 @@ def check_peers_routes():
         r.pop("pageable_share", None)
     ts = [t for t in conditions.targets(cond, peers) if "copy-in" in t[0]]
     check(len(ts) == 1 and "pageable route" not in ts[0][2], "conditions.py: no route without the field")
+    # The idle target: pinstage's workers, with the process's other threads beside them.
+    cond["idle"] = {"cpu_us": 900.0, "window_s": 1.0, "pinstage_cpu_us": 0.0,
+                    "threads": [{"name": "cuda-EvtHandlr", "threads": 2, "cpu_us": 700.0},
+                                {"name": "measuring-thread", "threads": 1, "cpu_us": 200.0},
+                                {"name": "pinstage-N", "threads": 14, "cpu_us": 0.0}]}
+    ts = [t for t in conditions.targets(cond, None) if "idle" in t[0]]
+    check(len(ts) == 1 and ts[0][3] and ts[0][2].startswith("0.0 µs (the process 0.90 ms")
+          and "cuda-EvtHandlr x2 0.70 ms" in ts[0][2] and "pinstage-N" not in ts[0][2],
+          f"conditions.py: the idle target names pinstage's workers: {ts}")
+    cond["idle"]["pinstage_cpu_us"] = 3.0
+    check(not [t for t in conditions.targets(cond, None) if "idle" in t[0]][0][3], "conditions.py: workers busy idle")
+    del cond["idle"]["pinstage_cpu_us"]
+    ts = [t for t in conditions.targets(cond, None) if "idle" in t[0]]
+    check(len(ts) == 1 and ts[0][2] == "0.90 ms in 1 s" and ts[0][3], f"conditions.py: older JSON, the process: {ts}")
 
 
 def check_peers_blocks():
@@ -307,7 +321,16 @@ def main():
         doc = json.loads(r.stdout) if r.returncode == 0 else {"results": []}
         check(doc.get("schema") == "pinstage-bench-conditions/1", "conditions schema name")
         check(doc.get("context", {}).get("emulated") is True and doc.get("processes") == 2, "conditions context")
-        check(doc.get("idle", {}).get("window_s") == 1.0, "conditions idle figure")
+        idle = doc.get("idle", {})
+        check(idle.get("window_s") == 1.0, "conditions idle figure")
+        # The idle second by thread: pinstage's workers named and parked, the measuring thread apart,
+        # and every microsecond of the process's in some group.
+        # (Where the machine was too busy to seat a worker, the pool never started: no group, 0.)
+        groups = {g["name"]: g for g in idle.get("threads", [])}
+        check(idle.get("pinstage_cpu_us") == groups.get("pinstage-N", {}).get("cpu_us", 0.0) and idle["pinstage_cpu_us"] < 1,
+              f"idle: pinstage's parked workers used no CPU ({idle.get('pinstage_cpu_us')}, {groups})")
+        check("measuring-thread" in groups, "idle: the measuring thread apart")
+        check(sum(g["cpu_us"] for g in groups.values()) >= idle.get("cpu_us", 0) - 1, "idle: the groups hold the whole")
         rows = doc["results"]
         seen = {x["condition"] for x in rows}
         check(seen == {"fresh-process", "warm", "paced", "cpu-load", "mem-load", "concurrent"},

@@ -17,19 +17,23 @@
  *  - concurrent: 2, 4 and 8 threads, each with its own buffer, stream and
  *    memory, moving the same size at once: aggregate and per-thread GB/s;
  *  - idle: this process's CPU time over one second, one second after the
- *    last transfer.
+ *    last transfer, and by thread name: pinstage's workers apart from the
+ *    driver's threads and the rest.
  * Every row carries the process CPU time per GB moved. The bound: a staged
  * byte is read and written by the CPU and read again by the DMA engine, so
  * at a parallel memcpy rate M (all the threads the engine may use, 64 MiB,
  * measured just before) a staged transfer runs at most at min(link, 2M/3);
  * fresh-process and mem-load rows of auto carry bound_us, that rate's time
  * for the transfer, the link being this process's floor. */
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -52,6 +56,146 @@ typedef struct {
     double aggregate_gbps, bound_gbps, min_thread_gbps, mean_thread_gbps; /* concurrent */
 } cond_row;
 
+/* ---- Idle: which threads used the CPU -------------------------------------------- */
+
+/* One second's CPU by thread, so that pinstage's workers (pinstage-N,
+ * pinstageN-M: src/pool.c names them) are told apart from the driver's
+ * threads and the rest of the process. */
+#define MAX_IDLE_THREADS 512
+#define MAX_IDLE_GROUPS 16
+
+typedef struct {
+    int tid;
+    char name[16];
+    double cpu_ns;
+} thread_cpu;
+
+typedef struct {
+    char name[20]; /* a thread's name, or "pinstage-N" for every worker */
+    unsigned threads;
+    double cpu_us;
+} idle_group;
+
+static int is_pinstage_worker(const char *name) {
+    if (strncmp(name, "pinstage", 8) != 0) return 0;
+    const char *p = name + 8;
+    while (isdigit((unsigned char)*p)) p++;
+    if (*p++ != '-' || !isdigit((unsigned char)*p)) return 0;
+    while (isdigit((unsigned char)*p)) p++;
+    return *p == '\0';
+}
+
+static int read_line(const char *path, char *out, size_t size) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    int ok = fgets(out, (int)size, f) != NULL;
+    fclose(f);
+    if (ok) out[strcspn(out, "\n")] = '\0';
+    return ok;
+}
+
+/* This process's threads and the CPU each has used: ns on CPU from
+ * schedstat, or utime + stime in clock ticks where the kernel keeps none. */
+static size_t threads_cpu(thread_cpu *out, size_t max) {
+    DIR *dir = opendir("/proc/self/task");
+    if (!dir) return 0;
+    size_t n = 0;
+    long tick = sysconf(_SC_CLK_TCK);
+    struct dirent *e;
+    while (n < max && (e = readdir(dir))) {
+        if (e->d_name[0] == '.') continue;
+        char path[64], line[512];
+        thread_cpu t = {.tid = atoi(e->d_name), .cpu_ns = -1};
+        snprintf(path, sizeof path, "/proc/self/task/%d/comm", t.tid);
+        if (!read_line(path, line, sizeof line)) continue;
+        snprintf(t.name, sizeof t.name, "%.15s", line);
+        for (char *c = t.name; *c; c++)
+            if (!isalnum((unsigned char)*c) && *c != '-' && *c != '_' && *c != '.') *c = '_'; /* JSON-safe */
+        unsigned long long on_cpu;
+        snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", t.tid);
+        if (read_line(path, line, sizeof line) && sscanf(line, "%llu", &on_cpu) == 1) t.cpu_ns = (double)on_cpu;
+        snprintf(path, sizeof path, "/proc/self/task/%d/stat", t.tid);
+        if (t.cpu_ns < 0 && tick > 0 && read_line(path, line, sizeof line)) {
+            /* Fields 14 and 15, after the name in parentheses (which may hold spaces). */
+            char *after = strrchr(line, ')');
+            unsigned long long ut, stt;
+            if (after && sscanf(after + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &stt) == 2)
+                t.cpu_ns = (double)(ut + stt) * 1e9 / (double)tick;
+        }
+        if (t.cpu_ns >= 0) out[n++] = t;
+    }
+    closedir(dir);
+    return n;
+}
+
+static double thread_cpu_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static void add_group(idle_group *groups, unsigned *ng, const char *name, unsigned threads, double cpu_us) {
+    if (*ng == MAX_IDLE_GROUPS) return;
+    idle_group *g = &groups[(*ng)++];
+    snprintf(g->name, sizeof g->name, "%s", name);
+    g->threads = threads;
+    g->cpu_us = cpu_us;
+}
+
+/* Groups the CPU each thread used between two readings by name, most first.
+ * The calling thread's is `self_us`, measured over the window alone (its
+ * readings of /proc fall outside); what `total_us` (the process's) has
+ * beyond the threads found in both readings went to threads that ended in
+ * the window. */
+static unsigned idle_by_thread(const thread_cpu *before, size_t nb, const thread_cpu *after, size_t na,
+                               double self_us, double total_us, idle_group *groups) {
+    unsigned ng = 0;
+    int self = (int)syscall(SYS_gettid);
+    double counted = self_us;
+    unsigned ended = 0;
+    for (size_t j = 0; j < nb; j++) {
+        size_t i = 0;
+        while (i < na && after[i].tid != before[j].tid) i++;
+        ended += i == na;
+    }
+    add_group(groups, &ng, "measuring-thread", 1, self_us);
+    for (size_t i = 0; i < na; i++) {
+        if (after[i].tid == self) continue;
+        double used = after[i].cpu_ns;
+        for (size_t j = 0; j < nb; j++)
+            if (before[j].tid == after[i].tid) used -= before[j].cpu_ns;
+        const char *name = is_pinstage_worker(after[i].name) ? "pinstage-N" : after[i].name;
+        unsigned g = 0;
+        while (g < ng && strcmp(groups[g].name, name) != 0) g++;
+        if (g == ng) {
+            if (ng == MAX_IDLE_GROUPS) g = ng - 1; /* the last group takes the rest */
+            else {
+                snprintf(groups[ng].name, sizeof groups[ng].name, "%s", name);
+                groups[ng].threads = 0;
+                groups[ng].cpu_us = 0;
+                ng++;
+            }
+        }
+        groups[g].threads++;
+        groups[g].cpu_us += used > 0 ? used / 1e3 : 0;
+        counted += used > 0 ? used / 1e3 : 0;
+    }
+    if (ended || total_us - counted > 1) add_group(groups, &ng, "ended-in-window", ended, total_us > counted ? total_us - counted : 0);
+    for (unsigned i = 1; i < ng; i++)
+        for (unsigned j = i; j > 0 && groups[j].cpu_us > groups[j - 1].cpu_us; j--) {
+            idle_group t = groups[j];
+            groups[j] = groups[j - 1];
+            groups[j - 1] = t;
+        }
+    return ng;
+}
+
+static double pinstage_idle_us(const idle_group *groups, unsigned n) {
+    for (unsigned g = 0; g < n; g++)
+        if (!strcmp(groups[g].name, "pinstage-N")) return groups[g].cpu_us;
+    return 0;
+}
+
 typedef struct {
     cond_row *rows;
     size_t count, cap;
@@ -60,6 +204,8 @@ typedef struct {
     const conditions_options *o;
     unsigned char *memcpy_src, *memcpy_dst; /* for M; dst page-locked */
     double idle_cpu_us;
+    idle_group idle_groups[MAX_IDLE_GROUPS]; /* the idle second by thread name, most CPU first */
+    unsigned idle_ngroups;
     double link_gbps[2]; /* floor at the largest size, per direction (warm) */
 } cond_state;
 
@@ -489,7 +635,12 @@ static void json_report(FILE *out, const cond_state *st, const bench_context *ct
                        "conditions: fresh processes, warm, paced, CPU load, memory load, concurrent threads; "
                        "wall clock around each whole synchronous call, median; process CPU time per GB");
     fprintf(out, ",\n  \"processes\": %u,\n  \"engine_threads\": %u,\n", st->o->processes, engine_threads());
-    fprintf(out, "  \"idle\": {\"cpu_us\": %.1f, \"window_s\": 1.0, \"after_s\": 1.0},\n", st->idle_cpu_us);
+    fprintf(out, "  \"idle\": {\"cpu_us\": %.1f, \"window_s\": 1.0, \"after_s\": 1.0, \"pinstage_cpu_us\": %.1f, \"threads\": [",
+            st->idle_cpu_us, pinstage_idle_us(st->idle_groups, st->idle_ngroups));
+    for (unsigned g = 0; g < st->idle_ngroups; g++)
+        fprintf(out, "%s{\"name\": \"%s\", \"threads\": %u, \"cpu_us\": %.1f}", g ? ", " : "", st->idle_groups[g].name,
+                st->idle_groups[g].threads, st->idle_groups[g].cpu_us);
+    fprintf(out, "]},\n");
     fprintf(out, "  \"results\": [\n");
     for (size_t i = 0; i < st->count; i++) json_row(out, &st->rows[i], i + 1 == st->count);
     fprintf(out, "  ]\n}\n");
@@ -498,8 +649,12 @@ static void json_report(FILE *out, const cond_state *st, const bench_context *ct
 static void text_report(FILE *out, const cond_state *st, const bench_context *ctx) {
     bench_text_context(out, ctx);
     fprintf(out, "# conditions: paths side by side in each process; medians in us; cpu: process CPU us per GB\n");
-    fprintf(out, "# idle: %.1f us of CPU in the second that began one second after the last transfer\n",
+    fprintf(out, "# idle: %.1f us of CPU in the second that began one second after the last transfer; by thread:",
             st->idle_cpu_us);
+    for (unsigned g = 0; g < st->idle_ngroups; g++)
+        fprintf(out, "%s %s x%u %.1f us", g ? "," : "", st->idle_groups[g].name, st->idle_groups[g].threads,
+                st->idle_groups[g].cpu_us);
+    fprintf(out, "\n");
     fprintf(out, "# pg: the share of the timed calls of auto that took the pageable route\n");
     fprintf(out, "\n%-13s %4s %4s %10s %-9s %5s %11s %11s %10s %10s %9s %9s %5s\n", "condition", "proc", "thr", "bytes",
             "path", "reps", "median_us", "cpu_us/GB", "memcpy", "bound_us", "agg_GB/s", "min_GB/s", "pg");
@@ -614,9 +769,14 @@ int bench_conditions(const conditions_options *o, const bench_context *ctx, FILE
     if (!rc) {
         progress(&st, "idle");
         bench_sleep_us(1e6);
-        double cpu = bench_cpu_us();
+        static thread_cpu before[MAX_IDLE_THREADS], after[MAX_IDLE_THREADS];
+        size_t nb = threads_cpu(before, MAX_IDLE_THREADS);
+        double cpu = bench_cpu_us(), self = thread_cpu_us();
         bench_sleep_us(1e6);
         st.idle_cpu_us = bench_cpu_us() - cpu;
+        self = thread_cpu_us() - self;
+        size_t na = threads_cpu(after, MAX_IDLE_THREADS);
+        st.idle_ngroups = idle_by_thread(before, nb, after, na, self, st.idle_cpu_us, st.idle_groups);
     }
 
     if (!rc) {
