@@ -134,12 +134,19 @@ static double thread_cpu_us(void) {
     return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 }
 
-static void add_group(idle_group *groups, unsigned *ng, const char *name, unsigned threads, double cpu_us) {
-    if (*ng == MAX_IDLE_GROUPS) return;
+/* The group named `name`, made if new. Past MAX_IDLE_GROUPS - 3 names the
+ * rest share "other-threads", so that pinstage's workers and the threads that
+ * ended always have a group of their own. */
+static idle_group *group_named(idle_group *groups, unsigned *ng, const char *name) {
+    for (unsigned g = 0; g < *ng; g++)
+        if (!strcmp(groups[g].name, name)) return &groups[g];
+    int kept = !strcmp(name, "pinstage-N") || !strcmp(name, "ended-in-window") || !strcmp(name, "other-threads");
+    if (!kept && *ng >= MAX_IDLE_GROUPS - 3) return group_named(groups, ng, "other-threads");
     idle_group *g = &groups[(*ng)++];
     snprintf(g->name, sizeof g->name, "%s", name);
-    g->threads = threads;
-    g->cpu_us = cpu_us;
+    g->threads = 0;
+    g->cpu_us = 0;
+    return g;
 }
 
 /* Groups the CPU each thread used between two readings by name, most first.
@@ -151,36 +158,32 @@ static unsigned idle_by_thread(const thread_cpu *before, size_t nb, const thread
                                double self_us, double total_us, idle_group *groups) {
     unsigned ng = 0;
     int self = (int)syscall(SYS_gettid);
+    idle_group *g = group_named(groups, &ng, "measuring-thread");
+    g->threads = 1;
+    g->cpu_us = self_us;
     double counted = self_us;
+    for (size_t i = 0; i < na; i++) {
+        if (after[i].tid == self) continue;
+        double used = after[i].cpu_ns;
+        for (size_t j = 0; j < nb; j++)
+            if (before[j].tid == after[i].tid) used -= before[j].cpu_ns;
+        used = used > 0 ? used / 1e3 : 0;
+        g = group_named(groups, &ng, is_pinstage_worker(after[i].name) ? "pinstage-N" : after[i].name);
+        g->threads++;
+        g->cpu_us += used;
+        counted += used;
+    }
     unsigned ended = 0;
     for (size_t j = 0; j < nb; j++) {
         size_t i = 0;
         while (i < na && after[i].tid != before[j].tid) i++;
         ended += i == na;
     }
-    add_group(groups, &ng, "measuring-thread", 1, self_us);
-    for (size_t i = 0; i < na; i++) {
-        if (after[i].tid == self) continue;
-        double used = after[i].cpu_ns;
-        for (size_t j = 0; j < nb; j++)
-            if (before[j].tid == after[i].tid) used -= before[j].cpu_ns;
-        const char *name = is_pinstage_worker(after[i].name) ? "pinstage-N" : after[i].name;
-        unsigned g = 0;
-        while (g < ng && strcmp(groups[g].name, name) != 0) g++;
-        if (g == ng) {
-            if (ng == MAX_IDLE_GROUPS) g = ng - 1; /* the last group takes the rest */
-            else {
-                snprintf(groups[ng].name, sizeof groups[ng].name, "%s", name);
-                groups[ng].threads = 0;
-                groups[ng].cpu_us = 0;
-                ng++;
-            }
-        }
-        groups[g].threads++;
-        groups[g].cpu_us += used > 0 ? used / 1e3 : 0;
-        counted += used > 0 ? used / 1e3 : 0;
+    if (ended || total_us - counted > 1) {
+        g = group_named(groups, &ng, "ended-in-window");
+        g->threads = ended;
+        g->cpu_us = total_us > counted ? total_us - counted : 0;
     }
-    if (ended || total_us - counted > 1) add_group(groups, &ng, "ended-in-window", ended, total_us > counted ? total_us - counted : 0);
     for (unsigned i = 1; i < ng; i++)
         for (unsigned j = i; j > 0 && groups[j].cpu_us > groups[j - 1].cpu_us; j--) {
             idle_group t = groups[j];
