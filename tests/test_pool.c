@@ -10,6 +10,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "adapt.h"
@@ -627,15 +628,26 @@ static void wakes_only_the_workers_asked_for(void) {
  * gives its CPU up now and then: when it shares one CPU with the poster
  * (the kernel may wake a worker onto its waker's CPU), the poster, which
  * holds a block or opens the next ones, is not cut to half the CPU in
- * scheduler ticks. Here both run on one CPU while the poster computes. */
-static double thread_cpu_s(void) {
+ * scheduler ticks. Here both run on one CPU while the poster computes, and
+ * each thread's own CPU clock says who got it: other processes sharing that
+ * CPU (other tests, a busy CI machine) slow both alike, where the wall clock
+ * would blame the worker for them. */
+static double cpu_clock_s(clockid_t clock) {
     struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    clock_gettime(clock, &ts);
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+typedef struct {
+    _Atomic unsigned index; /* the pool's index of the thread that ran block 0 */
+    pthread_t thread;       /* written before index (release) */
+} block_runner;
+
 static void mark_block(void *arg, size_t i) {
-    if (i == 0) atomic_store((_Atomic unsigned *)arg, ps_pool_thread_index());
+    block_runner *r = arg;
+    if (i) return;
+    r->thread = pthread_self();
+    atomic_store_explicit(&r->index, ps_pool_thread_index(), memory_order_release);
 }
 
 static void a_spinning_worker_gives_its_cpu_up(void) {
@@ -652,23 +664,27 @@ static void a_spinning_worker_gives_its_cpu_up(void) {
     ps_pool *pool = ps_pool_default();
     ps_cpus_set_usable(4);
     CHECK_OK(pinstage_pool_set_threads(1)); /* started from here: on this CPU too */
-    _Atomic unsigned ran_by = UINT32_MAX;
+    block_runner ran_by = {UINT32_MAX, pthread_self()};
     ps_job job;
     /* Block 0 open, the rest later: the worker that runs it stays seated. */
-    ps_job_start(pool, &job, 3, 1, 1, mark_block, (void *)&ran_by);
+    ps_job_start(pool, &job, 3, 1, 1, mark_block, &ran_by);
     for (int i = 0; i < 1000 && ps_job_done(&job) < 1; i++) sleep_ms(1);
     CHECK_EQ(ps_job_done(&job), 1);
-    CHECK_EQ(atomic_load(&ran_by), 1); /* the worker, not this thread */
-    double wall = now_s(), cpu0 = thread_cpu_s();
+    CHECK_EQ(atomic_load_explicit(&ran_by.index, memory_order_acquire), 1); /* the worker, not this thread */
+    clockid_t worker_clock, my_clock;
+    CHECK_EQ(pthread_getcpuclockid(ran_by.thread, &worker_clock), 0);
+    CHECK_EQ(pthread_getcpuclockid(pthread_self(), &my_clock), 0);
+    double mine0 = cpu_clock_s(my_clock), worker0 = cpu_clock_s(worker_clock), wall = now_s();
     volatile double x = 1;
-    while (thread_cpu_s() - cpu0 < 0.05)
+    while (cpu_clock_s(my_clock) - mine0 < 0.05)
         for (int i = 0; i < 10000; i++) x = x * 1.0000001 + 1e-9;
-    double cpu_used = thread_cpu_s() - cpu0;
+    double mine = cpu_clock_s(my_clock) - mine0, worker = cpu_clock_s(worker_clock) - worker0;
     wall = now_s() - wall;
     ps_job_finish(&job);
-    printf("#   50 ms of the poster's work beside a spinning worker on one CPU: %.1f ms\n", wall * 1e3);
-    /* Without the worker giving its CPU up: about twice the CPU time. */
-    if (!UNDER_TSAN) CHECK(wall < 1.4 * cpu_used);
+    printf("#   50 ms of the poster's work beside a spinning worker on one CPU: %.1f ms, the worker's CPU %.1f ms\n",
+           wall * 1e3, worker * 1e3);
+    /* Without the worker giving its CPU up: about as much as the poster's. */
+    if (!UNDER_TSAN) CHECK(worker < 0.4 * mine);
     CHECK_EQ(sched_setaffinity(0, sizeof all, &all), 0);
     ps_cpus_set_usable(0);
     CHECK_OK(pinstage_pool_set_threads(PINSTAGE_POOL_AUTO));
@@ -694,13 +710,53 @@ static void block_40us(void *arg, size_t i) {
     spin_us(40);
 }
 
+/* What the rest of the machine ran meanwhile: the rhythm's checks assume
+ * its workers get a CPU within the 150 us between their timer and the job.
+ * When other processes keep every CPU busy (other tests beside this one, a
+ * busy CI machine), a worker that yields while it spins waits a whole time
+ * slice for its CPU back and the job finds it asleep; that is the
+ * scheduler's doing, not the pool's. */
+typedef struct {
+    double busy_s, mine_s, wall_s;
+} cpu_snapshot;
+
+static cpu_snapshot take_snapshot(void) {
+    cpu_snapshot s = {0, 0, now_s()};
+    unsigned long long v[8] = {0};
+    FILE *f = fopen("/proc/stat", "r");
+    if (f) {
+        /* user nice system idle iowait irq softirq steal, in clock ticks */
+        if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
+                   &v[7]) == 8)
+            s.busy_s = (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)sysconf(_SC_CLK_TCK);
+        fclose(f);
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    s.mine_s = ts.tv_sec + ts.tv_nsec / 1e9;
+    return s;
+}
+
+/* The share of the machine's CPUs that other processes (or the hypervisor)
+ * took between two snapshots; 0 where /proc/stat cannot be read. */
+static double others_share(cpu_snapshot a, cpu_snapshot b) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    double wall = b.wall_s - a.wall_s, others = (b.busy_s - a.busy_s) - (b.mine_s - a.mine_s);
+    if (!a.busy_s || cpus < 1 || wall <= 0) return 0;
+    return others > 0 ? others / ((double)cpus * wall) : 0;
+}
+
+/* Above this share the rhythm's timing is not the pool's to keep. */
+#define BUSY_MACHINE 0.25
+
 /* Posts 30 jobs of 32 blocks, one every `period_ns` (0: back to back), each
  * opening its blocks `open_after_us` after it starts (a download's first
  * DMA), on 4 workers and the machine's own CPUs (not the suite's
  * PINSTAGE_CPUS: more spinning workers than CPUs would keep the poster
  * itself from running on time). Returns how many of the last 20 found
- * workers up (fewer woken than seats). */
-static unsigned jobs_in_a_rhythm(long period_ns, unsigned open_after_us, ps_block_fn fn) {
+ * workers up (fewer woken than seats), and in *busy the share of the
+ * machine other processes took meanwhile. */
+static unsigned jobs_in_a_rhythm(long period_ns, unsigned open_after_us, ps_block_fn fn, double *busy) {
     ps_pool *pool = ps_pool_default();
     cpu_set_t mine;
     CHECK(sched_getaffinity(0, sizeof mine, &mine) == 0);
@@ -711,6 +767,7 @@ static unsigned jobs_in_a_rhythm(long period_ns, unsigned open_after_us, ps_bloc
     struct timespec due;
     clock_gettime(CLOCK_MONOTONIC, &due);
     unsigned found_awake = 0;
+    cpu_snapshot start = take_snapshot();
     for (int i = 0; i < 30; i++) {
         if (period_ns) {
             due.tv_nsec += period_ns;
@@ -726,24 +783,30 @@ static unsigned jobs_in_a_rhythm(long period_ns, unsigned open_after_us, ps_bloc
         ps_job_finish(&job);
         if (i >= 10) found_awake += ps_pool_last_woken() < ps_pool_last_seats();
     }
-    printf("#   %u of 20 jobs every %ld us, opened after %u us, found workers up (seats %u)\n", found_awake,
-           period_ns / 1000, open_after_us, ps_pool_last_seats());
+    *busy = others_share(start, take_snapshot());
+    printf("#   %u of 20 jobs every %ld us, opened after %u us, found workers up (seats %u); other processes "
+           "took %.0f%% of the CPUs\n",
+           found_awake, period_ns / 1000, open_after_us, ps_pool_last_seats(), *busy * 100);
     return found_awake;
+}
+
+/* Whether the machine left the rhythm's workers their CPUs; says so if not. */
+static int rhythm_measurable(double busy) {
+    if (UNDER_TSAN) return 0; /* too slow to hold a 4 ms rhythm */
+    if (busy <= BUSY_MACHINE) return 1;
+    printf("#   timing not checked: other processes kept the CPUs busy\n");
+    return 0;
 }
 
 static void wakes_ahead_of_jobs_in_a_rhythm(void) {
     ps_pool *pool = ps_pool_default();
     unsigned long early_before = ps_pool_early_wakeups(pool);
-    unsigned found_awake = jobs_in_a_rhythm(4000000, 0, brief_block);
+    double busy;
+    unsigned found_awake = jobs_in_a_rhythm(4000000, 0, brief_block, &busy);
     unsigned long early = ps_pool_early_wakeups(pool) - early_before;
     printf("#   %lu timed wake-ups\n", early);
     CHECK(early >= 1);
-#if !UNDER_TSAN
-    /* Timing under ThreadSanitizer is too slow to hold a 4 ms rhythm. */
-    CHECK(found_awake >= 20 / 4); /* none without the timer */
-#else
-    (void)found_awake;
-#endif
+    if (rhythm_measurable(busy)) CHECK(found_awake >= 20 / 4); /* none without the timer */
     /* The rhythm stops: one more timed wake-up per worker at most, then none. */
     unsigned long at_last_job = ps_pool_early_wakeups(pool);
     sleep_ms(40);
@@ -761,12 +824,10 @@ static void wakes_ahead_of_jobs_in_a_rhythm(void) {
  * jobs of about 0.7 ms make a rhythm too: the workers of one must stay up
  * for the next rather than sleep until the one after it is due. */
 static void a_rhythm_of_jobs_that_open_late_keeps_workers_up(void) {
-    unsigned found_awake = jobs_in_a_rhythm(0, 30, block_40us);
-#if !UNDER_TSAN
-    CHECK(found_awake >= 16); /* 9-11 of 20 when a worker slept through to the next job's time */
-#else
-    (void)found_awake;
-#endif
+    double busy;
+    unsigned found_awake = jobs_in_a_rhythm(0, 30, block_40us, &busy);
+    /* 9-11 of 20 when a worker slept through to the next job's time */
+    if (rhythm_measurable(busy)) CHECK(found_awake >= 16);
     CHECK_OK(pinstage_pool_set_threads(PINSTAGE_POOL_AUTO));
     ps_cpus_set_usable(0);
 }
@@ -898,6 +959,9 @@ static void a_buffer_repeats_a_cold_probe(void) {
     int repeated = 0, probes_seen = 0;
     pinstage_stats before, after;
     for (int i = 0; i < 1000 && probes_seen < 2; i++) {
+        /* Asleep for certain, on a busy machine too, where a worker may not
+         * have got a CPU to park on since the last engine transfer. */
+        wait_parked();
         pinstage_buffer_stats(buf, &before);
         CHECK_OK(pinstage_buffer_upload(buf, dev, src, bytes, NULL));
         pinstage_buffer_stats(buf, &after);
