@@ -422,6 +422,13 @@ unsigned long ps_pool_wakeups(ps_pool *p) { return atomic_load_explicit(&p->wake
 
 unsigned long ps_pool_early_wakeups(ps_pool *p) { return atomic_load_explicit(&p->early, memory_order_relaxed); }
 
+unsigned ps_pool_pending_wakeups(ps_pool *p) {
+    pthread_mutex_lock(&p->lock);
+    unsigned n = p->tokens;
+    pthread_mutex_unlock(&p->lock);
+    return n;
+}
+
 unsigned ps_pool_thread_index(void) { return thread_index; }
 
 static void *worker_main(void *arg) {

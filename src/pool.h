@@ -119,5 +119,8 @@ size_t ps_pool_last_blocks(void);
 unsigned long ps_pool_wakeups(ps_pool *pool);
 /* For tests: waits that a worker's own timer ended (a rhythm's next job due). */
 unsigned long ps_pool_early_wakeups(ps_pool *pool);
+/* For tests: wake-ups granted to parked workers that have not run yet to
+ * take them (a busy machine may not give them a CPU before the job ends). */
+unsigned ps_pool_pending_wakeups(ps_pool *pool);
 
 #endif

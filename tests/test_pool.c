@@ -805,7 +805,9 @@ static void wakes_ahead_of_jobs_in_a_rhythm(void) {
     unsigned found_awake = jobs_in_a_rhythm(4000000, 0, brief_block, &busy);
     unsigned long early = ps_pool_early_wakeups(pool) - early_before;
     printf("#   %lu timed wake-ups\n", early);
-    CHECK(early >= 1);
+    /* On a busy machine the jobs themselves come late and irregularly: no
+     * rhythm to keep (0 timed wake-ups with 96% of the CPUs taken). */
+    if (busy <= BUSY_MACHINE) CHECK(early >= 1);
     if (rhythm_measurable(busy)) CHECK(found_awake >= 20 / 4); /* none without the timer */
     /* The rhythm stops: one more timed wake-up per worker at most, then none. */
     unsigned long at_last_job = ps_pool_early_wakeups(pool);
@@ -960,8 +962,13 @@ static void a_buffer_repeats_a_cold_probe(void) {
     pinstage_stats before, after;
     for (int i = 0; i < 1000 && probes_seen < 2; i++) {
         /* Asleep for certain, on a busy machine too, where a worker may not
-         * have got a CPU to park on since the last engine transfer. */
-        wait_parked();
+         * have got a CPU since the last engine transfer, to park or to take
+         * the wake-up that transfer granted it (a job finds no sleeper to
+         * wake while every sleeper holds one). */
+        for (int w = 0; w < 5000; w++) {
+            wait_parked();
+            if (!ps_pool_pending_wakeups(ps_pool_default())) break;
+        }
         pinstage_buffer_stats(buf, &before);
         CHECK_OK(pinstage_buffer_upload(buf, dev, src, bytes, NULL));
         pinstage_buffer_stats(buf, &after);
