@@ -362,6 +362,13 @@ def main():
         r = run(bench, env, "--trace", trace)
         lines = [x for x in r.stdout.splitlines() if x and not x.startswith("#")]
         check(r.returncode == 0 and len(lines) > 2 and lines[1].split()[1] in ("h2d", "d2h"), "--trace summarizes it")
+        # The thread time in blocks and its share of the seated threads' time:
+        # never more than the threads had; some copying (a 4 KiB block may
+        # take under 0.05 us and print as 0.0).
+        rows = [x.split() for x in lines[1:]]
+        check(lines[0].split()[-2:] == ["copying_us", "use"] and rows and
+              all(float(x[-2]) >= 0 and 0 <= float(x[-1]) <= 1.05 for x in rows) and
+              sum(float(x[-2]) for x in rows) > 0, "--trace gives each transfer's copying time and its share")
     check_peers_routes()
     check_peers_blocks()
     print(f"{len(failures)} failed" if failures else "bench output ok")

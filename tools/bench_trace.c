@@ -7,8 +7,11 @@
  * and on how many CPUs; the longest block against the median block (a
  * thread that lost its CPU mid-block shows as a block far longer than the
  * rest); how long the last chunk waited for its slowest block after the
- * others of that chunk were done (the straggler); and whether the DMA queue
- * ran dry (a chunk copied after the previous chunk had already landed). */
+ * others of that chunk were done (the straggler); whether the DMA queue
+ * ran dry (a chunk copied after the previous chunk had already landed); and
+ * the thread time spent copying (the sum of its blocks), also as a share of
+ * what the seated threads and the caller had from start to end: the rest of
+ * their time they waited for blocks to open, for a DMA, or for a CPU. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,9 +90,11 @@ int bench_trace_summary(const char *path, FILE *out) {
     fprintf(out, "# pinstage trace %s: %zu transfers, %zu chunk events, %zu blocks\n", path, nt, nc, nb);
     fprintf(out, "# per transfer: us; copy_us / dma_us: median per chunk; threads (cpus) that copied; "
                  "block_us median / max; straggler_us: the last block of a chunk after the one before it; "
-                 "dry: chunks copied after the DMA before them had landed\n");
-    fprintf(out, "%5s %4s %10s %6s %5s %9s %8s %8s %8s %9s %9s %9s %4s\n", "id", "dir", "bytes", "chunks", "seats",
-            "us", "copy_us", "dma_us", "threads", "block_us", "block_max", "straggler", "dry");
+                 "dry: chunks copied after the DMA before them had landed; copying_us: thread time in blocks, "
+                 "use: that over (seats + 1) x us\n");
+    fprintf(out, "%5s %4s %10s %6s %5s %9s %8s %8s %8s %9s %9s %9s %4s %10s %5s\n", "id", "dir", "bytes", "chunks",
+            "seats", "us", "copy_us", "dma_us", "threads", "block_us", "block_max", "straggler", "dry", "copying_us",
+            "use");
     size_t bi = 0;
     for (size_t i = 0; i < nt; i++) {
         t_rec *t = &ts[i];
@@ -123,9 +128,10 @@ int bench_trace_summary(const char *path, FILE *out) {
         size_t count = bi - b0;
         double *dur = calloc(count ? count : 1, sizeof(double));
         unsigned threads_seen[256] = {0}, cpus_seen[1024] = {0}, nthreads = 0, ncpus = 0;
-        double straggler = 0;
+        double straggler = 0, copying = 0;
         for (size_t k = b0; k < bi && dur; k++) {
             dur[k - b0] = bs[k].end - bs[k].start;
+            copying += dur[k - b0];
             if (bs[k].thread < 256 && !threads_seen[bs[k].thread]++) nthreads++;
             if (bs[k].cpu >= 0 && bs[k].cpu < 1024 && !cpus_seen[bs[k].cpu]++) ncpus++;
             /* Sorted by chunk, then end: the last block of a chunk against the one before. */
@@ -138,10 +144,11 @@ int bench_trace_summary(const char *path, FILE *out) {
             block_med = bench_median(dur, count);
             block_max = dur[count - 1];
         }
-        fprintf(out, "%5u %4s %10zu %6u %5u %9.1f %8.1f %8.1f %4u (%2u) %9.1f %9.1f %9.1f %4u\n", t->id,
-                t->d2h ? "d2h" : "h2d", t->bytes, n, t->seats, t->end > t->begin ? t->end - t->begin : 0,
-                ncopy ? bench_median(copy_us, ncopy) : 0, ndma ? bench_median(dma_us, ndma) : 0, nthreads, ncpus,
-                block_med, block_max, straggler, dry);
+        double us = t->end > t->begin ? t->end - t->begin : 0, had = us * (t->seats + 1);
+        fprintf(out, "%5u %4s %10zu %6u %5u %9.1f %8.1f %8.1f %4u (%2u) %9.1f %9.1f %9.1f %4u %10.1f %5.2f\n", t->id,
+                t->d2h ? "d2h" : "h2d", t->bytes, n, t->seats, us, ncopy ? bench_median(copy_us, ncopy) : 0,
+                ndma ? bench_median(dma_us, ndma) : 0, nthreads, ncpus, block_med, block_max, straggler, dry,
+                copying, had > 0 ? copying / had : 0);
         free(dur);
         free(opened), free(copied), free(enq), free(landed), free(copy_us), free(dma_us);
     }
