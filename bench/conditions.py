@@ -190,6 +190,13 @@ def plot(cond, out):
     fig.savefig(out, dpi=110)
 
 
+def cpu_cell(r):
+    """CPU ms per GB in the calls, and where measured (paced rows) what the other threads used in the gap
+    before each call."""
+    cell = f"{r['cpu_us_per_gb'] / 1e3:.0f}"
+    return cell + f" + {r['gap_cpu_us_per_gb'] / 1e3:.0f} before" if "gap_cpu_us_per_gb" in r else cell
+
+
 def section(cond, peers, add, png=None):
     """The docs section, markdown lines through add()."""
     ctx = cond["context"]
@@ -258,7 +265,10 @@ def section(cond, peers, add, png=None):
                 if a and p:
                     add(f"| {c} | {d.upper()} {human(size)} | {p['median_us']:.1f} | {a['median_us']:.1f} | "
                         f"{p['median_us'] / a['median_us']:.2f}x | {f['median_us'] if f else 0:.1f} | "
-                        f"{a['cpu_us_per_gb'] / 1e3:.0f} | {p['cpu_us_per_gb'] / 1e3:.0f} |")
+                        f"{cpu_cell(a)} | {cpu_cell(p)} |")
+    if any("gap_cpu_us_per_gb" in r for r in rows(cond, "paced")):
+        add("\nPaced CPU: in the calls + what the process's other threads (the pool's workers up ahead of the next")
+        add("transfer, the driver's) used in the gap before each call, the measuring thread's own work excluded.")
     add("\nCPU load, all CPUs but 4 busy with arithmetic in the same process:\n")
     add("| transfer | H2D pageable µs | H2D auto µs | ratio | D2H pageable µs | D2H auto µs | ratio |")
     add("|---|---:|---:|---:|---:|---:|---:|")

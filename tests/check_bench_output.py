@@ -194,6 +194,7 @@ def main():
         check(len(results) == len(SIZES) * 2 * len(PATHS), f"json has {len(results)} results")
         for i, rec in enumerate(results):
             check_record(rec, f"json result {i}")
+        check(not any("gap_cpu_us_per_gb" in x for x in results), "no gap CPU without --paced")
         # Paths of upload / download say which share of their timed calls took the pageable
         # route: all of them with threshold 0, none with a fixed staging profile.
         share = {(x["path"], x["direction"], x["bytes"]): x.get("pageable_share") for x in results}
@@ -226,7 +227,10 @@ def main():
         took = time.monotonic() - began
         check(r.returncode == 0, f"--paced exit {r.returncode}: {r.stderr}")
         check(took >= 6 * 0.020, f"--paced 20000: 6 calls took {took:.3f} s, under 6 idle times")
-        check(json.loads(r.stdout)["context"]["paced_us"] == 20000, "json context.paced_us")
+        paced_doc = json.loads(r.stdout)
+        check(paced_doc["context"]["paced_us"] == 20000, "json context.paced_us")
+        check(all(x.get("gap_cpu_us_per_gb", -1) >= 0 for x in paced_doc["results"]),
+              "paced rows carry the other threads' CPU in the gap")
         r = run(bench, env, *common, "--sizes", "4K", "--direction", "d2h", "--paths", "pageable,auto",
                 "--paced", "100", "--cold")
         check(r.returncode == 0 and any(l.startswith("# paced: each call after 100 us") for l in r.stdout.splitlines()),
@@ -343,6 +347,9 @@ def main():
                 check(0 <= x.get("pageable_share", -1) <= 1, f"auto rows carry their pageable share {x}")
             if x["path"] != "auto":
                 check("pageable_share" not in x, f"only auto rows carry a pageable share {x}")
+            # The other threads' CPU in the gap before each call: paced rows only.
+            check((x.get("gap_cpu_us_per_gb", -1) >= 0) == (x["condition"] == "paced"),
+                  f"gap CPU on paced rows only {x}")
         fresh = [x for x in rows if x["condition"] == "fresh-process"]
         check({x["process"] for x in fresh} == {0, 1} and len(fresh) == 2 * 2 * 2 * 3, "fresh rows per process")
         check(all(x.get("bound_us", 0) > 0 for x in fresh if x["path"] == "auto"), "auto rows carry their bound")

@@ -66,6 +66,11 @@ typedef struct bench_result {
     double gbps;      /* 1e9 bytes per second at the median */
     double ratio;     /* pageable median / this median; 0 if pageable not measured */
     double cpu_us_per_gb; /* process CPU time during the timed calls per 1e9 bytes moved */
+    /* With a call before each (--paced, the paced condition): the CPU the
+     * process's other threads used meanwhile (the measuring thread's own
+     * excluded), per 1e9 bytes moved: pool workers up ahead of the next
+     * transfer, the driver's threads. -1 without. */
+    double gap_cpu_us_per_gb;
     double pageable_share; /* paths with a buffer: timed calls that took the pageable route / reps; else -1 */
 } bench_result;
 
@@ -101,9 +106,11 @@ const char *bench_direction_name(bench_direction d);
 
 /* ---- bench_util.c: what every mode shares --------------------------------------- */
 
-/* The monotonic clock and this process's CPU time, in microseconds. */
+/* The monotonic clock, this process's CPU time and the calling thread's, in
+ * microseconds. */
 double bench_now_us(void);
 double bench_cpu_us(void);
+double bench_thread_cpu_us(void);
 void bench_sleep_us(double us);
 /* The gap between a frame loop's transfers, as a bench_run_options
  * before_call hook (arg: a bench_pace): idle_us of sleep, then the driver's

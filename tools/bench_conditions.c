@@ -51,6 +51,7 @@ typedef struct {
     char path[24];
     size_t reps;
     double median_us, p10_us, p90_us, cpu_us_per_gb;
+    double gap_cpu_us_per_gb; /* paced: the other threads' CPU in the gap before each call; -1: not measured */
     double memcpy_gbps, bound_us;                                    /* 0: not measured */
     double pageable_share; /* auto: timed calls that took the pageable route / reps; -1: not a buffer path */
     double aggregate_gbps, bound_gbps, min_thread_gbps, mean_thread_gbps; /* concurrent */
@@ -226,6 +227,7 @@ static cond_row *new_row(cond_state *st, const char *condition) {
     r->process = -1;
     r->threads = 1;
     r->pageable_share = -1;
+    r->gap_cpu_us_per_gb = -1;
     return r;
 }
 
@@ -344,6 +346,7 @@ static int measure(cond_state *st, const char *condition, bench_direction d, siz
         r->p10_us = res[i].p10_us;
         r->p90_us = res[i].p90_us;
         r->cpu_us_per_gb = res[i].cpu_us_per_gb;
+        r->gap_cpu_us_per_gb = res[i].gap_cpu_us_per_gb;
         r->pageable_share = res[i].pageable_share;
     }
     return 0;
@@ -628,6 +631,7 @@ static void json_row(FILE *out, const cond_row *r, int last) {
     if (r->memcpy_gbps > 0) fprintf(out, "\"memcpy_gbps\": %.3f, ", r->memcpy_gbps);
     if (r->bound_us > 0) fprintf(out, "\"bound_us\": %.3f, ", r->bound_us);
     if (r->pageable_share >= 0) fprintf(out, "\"pageable_share\": %.4f, ", r->pageable_share);
+    if (r->gap_cpu_us_per_gb >= 0) fprintf(out, "\"gap_cpu_us_per_gb\": %.1f, ", r->gap_cpu_us_per_gb);
     fprintf(out, "\"reps\": %zu, \"median_us\": %.3f, \"p10_us\": %.3f, \"p90_us\": %.3f, \"cpu_us_per_gb\": %.1f}%s\n",
             r->reps, r->median_us, r->p10_us, r->p90_us, r->cpu_us_per_gb, last ? "" : ",");
 }
@@ -658,16 +662,19 @@ static void text_report(FILE *out, const cond_state *st, const bench_context *ct
         fprintf(out, "%s %s x%u %.1f us", g ? "," : "", st->idle_groups[g].name, st->idle_groups[g].threads,
                 st->idle_groups[g].cpu_us);
     fprintf(out, "\n");
-    fprintf(out, "# pg: the share of the timed calls of auto that took the pageable route\n");
-    fprintf(out, "\n%-13s %4s %4s %10s %-9s %5s %11s %11s %10s %10s %9s %9s %5s\n", "condition", "proc", "thr", "bytes",
-            "path", "reps", "median_us", "cpu_us/GB", "memcpy", "bound_us", "agg_GB/s", "min_GB/s", "pg");
+    fprintf(out, "# pg: the share of the timed calls of auto that took the pageable route; gap_cpu/GB (paced): "
+                 "CPU us per GB the process's other threads used in the gap before each call\n");
+    fprintf(out, "\n%-13s %4s %4s %10s %-9s %5s %11s %11s %11s %10s %10s %9s %9s %5s\n", "condition", "proc", "thr",
+            "bytes", "path", "reps", "median_us", "cpu_us/GB", "gap_cpu/GB", "memcpy", "bound_us", "agg_GB/s",
+            "min_GB/s", "pg");
     for (size_t i = 0; i < st->count; i++) {
         const cond_row *r = &st->rows[i];
-        char share[16] = "-";
+        char share[16] = "-", gap[24] = "-";
         if (r->pageable_share >= 0) snprintf(share, sizeof share, "%.2f", r->pageable_share);
-        fprintf(out, "%-13s %4d %4u %10zu %-9s %5zu %11.1f %11.0f %10.1f %10.1f %9.2f %9.2f %5s  %s\n", r->condition,
-                r->process, r->threads, r->bytes, r->path, r->reps, r->median_us, r->cpu_us_per_gb, r->memcpy_gbps,
-                r->bound_us, r->aggregate_gbps, r->min_thread_gbps, share, bench_direction_name(r->dir));
+        if (r->gap_cpu_us_per_gb >= 0) snprintf(gap, sizeof gap, "%.0f", r->gap_cpu_us_per_gb);
+        fprintf(out, "%-13s %4d %4u %10zu %-9s %5zu %11.1f %11.0f %11s %10.1f %10.1f %9.2f %9.2f %5s  %s\n",
+                r->condition, r->process, r->threads, r->bytes, r->path, r->reps, r->median_us, r->cpu_us_per_gb, gap,
+                r->memcpy_gbps, r->bound_us, r->aggregate_gbps, r->min_thread_gbps, share, bench_direction_name(r->dir));
     }
 }
 

@@ -21,6 +21,12 @@ double bench_cpu_us(void) {
     return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 }
 
+double bench_thread_cpu_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
 void bench_sleep_us(double us) {
     struct timespec ts = {(time_t)(us / 1e6), (long)((us - (double)(time_t)(us / 1e6) * 1e6) * 1e3)};
     nanosleep(&ts, NULL);
@@ -147,7 +153,7 @@ int bench_measure(bench_cell *c, const bench_path **paths, size_t npaths, const 
     void *state[BENCH_MAX_PATHS] = {0};
     int ready[BENCH_MAX_PATHS] = {0};
     double *samples[BENCH_MAX_PATHS] = {0};
-    double cpu[BENCH_MAX_PATHS] = {0};
+    double cpu[BENCH_MAX_PATHS] = {0}, gap_cpu[BENCH_MAX_PATHS] = {0};
     unsigned char *scratch = malloc(c->bytes);
     int rc = 0;
     if (!scratch) return bench_fail("out of host memory");
@@ -185,7 +191,13 @@ int bench_measure(bench_cell *c, const bench_path **paths, size_t npaths, const 
         for (size_t p = 0; p < npaths && !rc; p++) {
             size_t block = reps / PASSES + (pass < reps % PASSES);
             for (size_t k = 0; k < BLOCK_WARMUP + block && !rc; k++) {
-                if (o->before_call) o->before_call(o->before_arg);
+                if (o->before_call) {
+                    /* What others did meanwhile: the process's CPU less this thread's. */
+                    double process0 = bench_cpu_us(), thread0 = bench_thread_cpu_us();
+                    o->before_call(o->before_arg);
+                    double others = (bench_cpu_us() - process0) - (bench_thread_cpu_us() - thread0);
+                    if (k >= BLOCK_WARMUP) gap_cpu[p] += others > 0 ? others : 0;
+                }
                 pinstage_buffer *buf = paths[p]->buffer ? paths[p]->buffer(state[p]) : NULL;
                 pinstage_stats before, after;
                 if (buf) pinstage_buffer_stats(buf, &before);
@@ -218,6 +230,7 @@ int bench_measure(bench_cell *c, const bench_path **paths, size_t npaths, const 
             res->p90_us = bench_quantile(samples[p], reps, 0.9);
             res->gbps = (double)c->bytes / (res->median_us * 1e3);
             res->cpu_us_per_gb = cpu[p] / ((double)c->bytes * (double)reps / 1e9);
+            res->gap_cpu_us_per_gb = o->before_call ? gap_cpu[p] / ((double)c->bytes * (double)reps / 1e9) : -1;
             res->pageable_share = paths[p]->buffer ? (double)pageable_calls[p] / (double)reps : -1;
         }
         if (ready[p]) paths[p]->teardown(c, state[p]);
