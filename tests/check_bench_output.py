@@ -99,6 +99,25 @@ def check_peers_routes():
     del cond["idle"]["pinstage_cpu_us"]
     ts = [t for t in conditions.targets(cond, None) if "idle" in t[0]]
     check(len(ts) == 1 and ts[0][2] == "0.90 ms in 1 s" and ts[0][3], f"conditions.py: older JSON, the process: {ts}")
+    # Paced rows: the CPU in the gap before each call beside the calls' own, where measured.
+    def paced(path, cpu, gap=None):
+        r = {"condition": "paced", "direction": "h2d", "bytes": frame, "path": path, "median_us": 100.0,
+             "cpu_us_per_gb": cpu}
+        if gap is not None:
+            r["gap_cpu_us_per_gb"] = gap
+        return r
+    cond["results"] = [paced("auto", 400e3, 150e3), paced("pageable", 80e3, 2e3), paced("floor", 20e3, 1e3)]
+    lines = []
+    conditions.section(cond, None, lines.append)
+    table = [l for l in lines if l.startswith("| paced |")]
+    check(len(table) == 1 and table[0].endswith("| 400 + 150 before | 80 + 2 before |")
+          and any("Paced CPU:" in l for l in lines), f"conditions.py: paced gap CPU: {table}")
+    cond["results"] = [paced("auto", 400e3), paced("pageable", 80e3), paced("floor", 20e3)]
+    lines = []
+    conditions.section(cond, None, lines.append)
+    table = [l for l in lines if l.startswith("| paced |")]
+    check(len(table) == 1 and table[0].endswith("| 400 | 80 |") and not any("Paced CPU:" in l for l in lines),
+          f"conditions.py: older paced rows: {table}")
 
 
 def check_peers_blocks():
