@@ -89,6 +89,9 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     with tempfile.TemporaryDirectory() as tmp:
         module = build_extension(tmp)
         files = {os.path.basename(module): open(module, "rb").read()}
+    # The module's types, as a stub-only package (PEP 561) that mypy, pyright
+    # and editors find beside it.
+    files["pinstage-stubs/__init__.pyi"] = open(os.path.join(HERE, "pinstage.pyi"), "rb").read()
     info = dist_info()
     files[info + "/METADATA"] = metadata()
     files[info + "/WHEEL"] = ("Wheel-Version: 1.0\nGenerator: pinstage_build\nRoot-Is-Purelib: false\nTag: %s\n"
