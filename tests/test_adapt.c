@@ -83,12 +83,8 @@ static void follows_the_faster_route_and_back(void) {
     REQUIRE_OK(pinstage_pool_set_threads(0));
     rig r = make_rig(1 * M);
     pinstage_stats st;
-    /* The driver's pageable path slow: the profile's engine stays. Slow
-     * enough (50 ms a MiB) that no probe of it wins on a busy machine
-     * either, where the engine's own transfers here took up to 5 ms (and
-     * at 0.1 GB/s, 10 ms a MiB, won often enough to switch in 3 of 6 runs
-     * beside two busy loops on 2 CPUs). */
-    emu->set_host_rates(0.02, 0);
+    /* The driver's pageable path slow: the profile's engine stays. */
+    emu->set_host_rates(0.1, 0);
     int took = settle(&r, PINSTAGE_ADAPT_STAGING, 0.1);
     CHECK(took > 0);
     for (int i = 0; i < 40; i++) round_trip(r.buf, r.d, r.src, r.back, r.bytes, r.seed++);
@@ -126,10 +122,10 @@ static void follows_the_faster_route_and_back(void) {
     CHECK(info.switches >= 1);
     CHECK(info.staging_us > info.pageable_us);
 
-    /* Both fast again: back to the engine (the pageable path's staging
-     * cost, 50 ms a MiB as above, makes it the slower one). */
-    emu->set_host_rates(0.02, 0);
-    took = settle(&r, PINSTAGE_ADAPT_STAGING, 10);
+    /* Both fast again: back to the engine (the pageable path's staging cost
+     * makes it the slower one). */
+    emu->set_host_rates(0.1, 0);
+    took = settle(&r, PINSTAGE_ADAPT_STAGING, 3);
     CHECK(took > 0);
     printf("#   page-locked DMA fast again: staging after %d round trips\n", took);
     CHECK_OK(pinstage_route_get_info(PINSTAGE_H2D, r.bytes, &info));
