@@ -567,12 +567,15 @@ static void nap_count_block(void *arg, size_t i) {
     count_block(arg, i);
 }
 
-/* Waits until every running worker is asleep (at most a second). */
+/* Waits until every running worker is asleep (at most a second), with no
+ * wake-up granted and not yet taken: a worker holding one counts as parked
+ * until it runs, and its late wake-up would be counted against the next job
+ * (7 of 8 "woken" by a job of 2 helpers in one CI run). */
 static int all_parked(void) {
     pinstage_pool_info info;
     for (int i = 0; i < 1000; i++) {
         pinstage_pool_get_info(&info);
-        if (info.running && info.parked == info.running) return 1;
+        if (info.running && info.parked == info.running && !ps_pool_pending_wakeups(ps_pool_default())) return 1;
         sleep_ms(1);
     }
     return 0;
