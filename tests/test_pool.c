@@ -567,13 +567,13 @@ static void nap_count_block(void *arg, size_t i) {
     count_block(arg, i);
 }
 
-/* Waits until every running worker is asleep (at most a second), with no
+/* Waits until every running worker is asleep (at most 5 s), with no
  * wake-up granted and not yet taken: a worker holding one counts as parked
  * until it runs, and its late wake-up would be counted against the next job
  * (7 of 8 "woken" by a job of 2 helpers in one CI run). */
 static int all_parked(void) {
     pinstage_pool_info info;
-    for (int i = 0; i < 1000; i++) {
+    for (int i = 0; i < 5000; i++) {
         pinstage_pool_get_info(&info);
         if (info.running && info.parked == info.running && !ps_pool_pending_wakeups(ps_pool_default())) return 1;
         sleep_ms(1);
@@ -965,13 +965,9 @@ static void a_buffer_repeats_a_cold_probe(void) {
     pinstage_stats before, after;
     for (int i = 0; i < 1000 && probes_seen < 2; i++) {
         /* Asleep for certain, on a busy machine too, where a worker may not
-         * have got a CPU since the last engine transfer, to park or to take
-         * the wake-up that transfer granted it (a job finds no sleeper to
-         * wake while every sleeper holds one). */
-        for (int w = 0; w < 5000; w++) {
-            wait_parked();
-            if (!ps_pool_pending_wakeups(ps_pool_default())) break;
-        }
+         * have got a CPU since the last engine transfer to park or to take
+         * the wake-up that transfer granted it. */
+        CHECK(all_parked());
         pinstage_buffer_stats(buf, &before);
         CHECK_OK(pinstage_buffer_upload(buf, dev, src, bytes, NULL));
         pinstage_buffer_stats(buf, &after);
