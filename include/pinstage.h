@@ -899,6 +899,18 @@ PINSTAGE_API pinstage_status pinstage_buffer_set_profile(pinstage_buffer *buf, c
  * steady use of the engine does not; the next transfer probes again, and
  * counts whether it runs warm or (as every call of a paced loop does) cold.
  *
+ * The engine's thread count adapts too. Once the host copy runs ahead of
+ * the DMA its threads only wait, spinning, so per direction and size class
+ * from 1 MiB up the share of its threads' time each engine transfer spent
+ * copying is kept (the blocks' time over threads x the transfer's time).
+ * Where the mean of 4 transfers is under a half, the next get fewer
+ * threads, enough for about two thirds (at most half as many at a step,
+ * never fewer than 2, the caller included); over 0.8 with every thread
+ * asked for, up to half as many more, never beyond the profile's count or
+ * the pool's. A source in a cache copies fast and needs few threads; one
+ * coming from memory, or a machine whose other tenants take bandwidth,
+ * needs more. pinstage_route_get_info says what it decided.
+ *
  * Adaptation applies to buffers that follow a measured or the built-in
  * profile with no threshold set (PINSTAGE_AUTO_STAGE_PROFILE); a fixed
  * profile or an explicit threshold means what it says. The estimates are
@@ -912,7 +924,8 @@ PINSTAGE_API pinstage_status pinstage_buffer_set_profile(pinstage_buffer *buf, c
 PINSTAGE_API void pinstage_set_adaptive(int on);
 /* Per buffer (default 1): 0 makes it follow its profile alone. */
 PINSTAGE_API void pinstage_buffer_set_adaptive(pinstage_buffer *buf, int on);
-/* Forgets every estimate (the next transfers follow the profiles again). */
+/* Forgets every estimate and thread count (the next transfers follow the
+ * profiles again). */
 PINSTAGE_API void pinstage_route_reset(void);
 
 #define PINSTAGE_ADAPT_PROFILE 0  /* no transfer of this class yet: the profile's route */
@@ -928,6 +941,10 @@ typedef struct pinstage_route_info {
     unsigned staging_samples;
     uint64_t switches;         /* times the side taken changed */
     uint64_t probes;           /* transfers that took the other side to measure it */
+    unsigned engine_threads;   /* threads the copy engine's host copies of this class get now,
+                                  the caller included; 0: not governed (under 1 MiB, or no
+                                  engine transfer yet) */
+    uint64_t thread_changes;   /* times engine_threads changed */
 } pinstage_route_info;
 
 /* What adaptation knows of transfers of `bytes` in direction `dir` (their

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "adapt.h"
+#include "governor.h"
 #include "status.h"
 
 /* Recent transfers kept per route and class; the estimate is their median. */
@@ -242,6 +243,7 @@ pinstage_status pinstage_route_get_info(pinstage_direction dir, size_t bytes, pi
     info->switches = c->switches;
     info->probes = c->probes;
     pthread_mutex_unlock(&lock);
+    ps_governor_info((ps_direction)dir, bytes, &info->engine_threads, &info->thread_changes);
     info->adaptive = ps_adapt_enabled();
     return PINSTAGE_SUCCESS;
 }
@@ -251,4 +253,5 @@ void pinstage_route_reset(void) {
     memset(table, 0, sizeof table);
     table_ready = 0;
     pthread_mutex_unlock(&lock);
+    ps_governor_reset();
 }

@@ -216,6 +216,8 @@ typedef struct {
     unsigned char *host;
     int h2d;
     uint32_t trace;
+    int timed;                 /* blocks add their time to copy_ns */
+    _Atomic uint64_t copy_ns;
     size_t grain;
     size_t full_blocks; /* blocks of a chunk of sch->chunk bytes (uniform schedules) */
     unsigned first[MAX_SCHEDULE + 2]; /* ramped schedules: chunk k's first block */
@@ -254,6 +256,8 @@ static void flow_init(flow *f, const schedule *sch, unsigned char *pinned, const
     f->host = (unsigned char *)host;
     f->h2d = h2d;
     f->trace = 0;
+    f->timed = 0;
+    atomic_init(&f->copy_ns, 0);
     f->grain = grain_for(sch->chunk, sch->bytes, sch->n, threads);
     f->full_blocks = blocks_for(sch->chunk, f->grain);
     if (sch->ramped) {
@@ -272,12 +276,18 @@ static void flow_block(void *arg, size_t b) {
     size_t len = chunk_len(f->sch, k), from = block_start(len, i, nb), to = block_start(len, i + 1, nb);
     unsigned char *slot = f->pinned + chunk_place(f->sch, k);
     unsigned char *host = f->host + chunk_offset(f->sch, k);
-    uint64_t start = f->trace ? ps_trace_now() : 0;
+    uint64_t start = f->trace || f->timed ? ps_trace_now() : 0;
     if (f->h2d)
         copy_into_pinned(slot + from, host + from, to - from);
     else
         memcpy(host + from, slot + from, to - from);
-    if (f->trace) ps_trace_block(f->trace, (unsigned)k, start, ps_trace_now());
+    if (start) {
+        uint64_t end = ps_trace_now();
+        if (f->trace) ps_trace_block(f->trace, (unsigned)k, start, end);
+        /* Relaxed: the block's count below is released, and the owner
+         * acquires every count before it reads the sum. */
+        if (f->timed) atomic_fetch_add_explicit(&f->copy_ns, end - start, memory_order_relaxed);
+    }
     atomic_fetch_add_explicit(&f->copied[chunk_counter(f->sch, k)], 1, memory_order_release);
 }
 
@@ -301,7 +311,14 @@ static int may_query(ps_pool *pool, unsigned *idle) {
     return (*idle)++ % 16 == 0;
 }
 
-static unsigned plan_threads(ps_pool *pool, const ps_plan *plan) {
+/* After ps_job_finish, which saw every block's count. */
+static void fill_report(ps_engine_report *report, const ps_job *job, flow *f, uint64_t began) {
+    report->threads = job->seats + 1;
+    report->copy_ns = atomic_load_explicit(&f->copy_ns, memory_order_relaxed);
+    report->wall_ns = ps_trace_now() - began;
+}
+
+unsigned ps_engine_threads(ps_pool *pool, const ps_plan *plan) {
     unsigned all = ps_pool_workers(pool) + 1;
     return plan->threads && plan->threads < all ? plan->threads : all;
 }
@@ -333,7 +350,7 @@ void ps_engine_copy_in(ps_pool *pool, void *pinned, const void *src, size_t len)
 
 pinstage_status ps_engine_h2d(const ps_driver *d, ps_pool *pool, const ps_stage *stage, CUdeviceptr dst,
                               const void *src, size_t bytes, CUstream stream, const ps_plan *plan,
-                              int *in_flight, const char *caller) {
+                              int *in_flight, ps_engine_report *report, const char *caller) {
     schedule sch;
     /* An upload that fits keeps its chunks: ramped (seven chunks instead
      * of two), a 4.7 MiB upload took 133-136 us against 128-129 us, 6 MiB
@@ -342,15 +359,17 @@ pinstage_status ps_engine_h2d(const ps_driver *d, ps_pool *pool, const ps_stage 
      * DMA started sooner. */
     make_schedule(&sch, bytes, chunk_bytes(bytes, plan), 0);
     size_t n = sch.n;
-    unsigned threads = plan_threads(pool, plan);
+    unsigned threads = ps_engine_threads(pool, plan);
     pinstage_status s = PINSTAGE_SUCCESS;
     flow f;
     ps_job job;
     int enqueued = 0;
     *in_flight = 0;
+    uint64_t began = report ? ps_trace_now() : 0;
 
     ps_job_enter(pool, &job, threads - 1);
     flow_init(&f, &sch, stage->pinned, src, 1, job.seats + 1);
+    f.timed = report != NULL;
     size_t opened = sch.fits || n < PS_ENGINE_SLOTS ? n : PS_ENGINE_SLOTS;
     unsigned idle = 0;
     f.trace = ps_trace_begin(0, bytes, (unsigned)n);
@@ -404,6 +423,7 @@ pinstage_status ps_engine_h2d(const ps_driver *d, ps_pool *pool, const ps_stage 
     if (!s) s = ps_wait_event(d, stage->events[(n - 1) % PS_ENGINE_SLOTS], ps_engine_footprint(bytes, plan), caller);
     if (!s) ps_trace_chunk(f.trace, (unsigned)(n - 1), PS_TRACE_LANDED);
     ps_trace_end(f.trace);
+    if (!s && report) fill_report(report, &job, &f, began);
     if (s && enqueued) *in_flight = ps_drain(d, stage->events[0], stream);
     return s;
 }
@@ -421,16 +441,17 @@ static pinstage_status d2h_chunk(const ps_driver *d, const ps_stage *stage, cons
 
 pinstage_status ps_engine_d2h(const ps_driver *d, ps_pool *pool, const ps_stage *stage, void *dst,
                               CUdeviceptr src, size_t bytes, CUstream stream, const ps_plan *plan,
-                              int *in_flight, const char *caller) {
+                              int *in_flight, ps_engine_report *report, const char *caller) {
     schedule sch;
     make_schedule(&sch, bytes, chunk_bytes(bytes, plan), 1);
     size_t n = sch.n;
-    unsigned threads = plan_threads(pool, plan);
+    unsigned threads = ps_engine_threads(pool, plan);
     pinstage_status s = PINSTAGE_SUCCESS;
     flow f;
     ps_job job;
     *in_flight = 0;
 
+    uint64_t began = report ? ps_trace_now() : 0;
     size_t queued = 0, opened = 0; /* chunks whose DMA is enqueued / whose blocks are open */
     for (; queued < n && queued < PS_ENGINE_SLOTS && !s; queued++) s = d2h_chunk(d, stage, &sch, src, queued, stream, caller);
     if (s) {
@@ -439,6 +460,7 @@ pinstage_status ps_engine_d2h(const ps_driver *d, ps_pool *pool, const ps_stage 
     }
     ps_job_enter(pool, &job, threads - 1);
     flow_init(&f, &sch, stage->pinned, dst, 0, job.seats + 1);
+    f.timed = report != NULL;
     f.trace = ps_trace_begin(1, bytes, (unsigned)n);
     for (size_t k = 0; k < queued; k++) ps_trace_chunk(f.trace, (unsigned)k, PS_TRACE_ENQUEUED);
     ps_job_post(&job, f.total, 0, flow_block, &f);
@@ -482,5 +504,6 @@ pinstage_status ps_engine_d2h(const ps_driver *d, ps_pool *pool, const ps_stage 
     ps_job_finish(&job);
     ps_trace_end(f.trace);
     if (s) *in_flight = ps_drain(d, stage->events[0], stream);
+    else if (report) fill_report(report, &job, &f, began);
     return s;
 }

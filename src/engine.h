@@ -32,16 +32,29 @@ ps_plan ps_engine_plan_shared(ps_plan plan, ps_direction dir, size_t bytes, unsi
  * PS_ENGINE_SLOTS * PS_ENGINE_MAX_CHUNK, whatever the transfer's size. */
 size_t ps_engine_footprint(size_t bytes, const ps_plan *plan);
 
+/* The threads (the caller included) a transfer under `plan` asks for: the
+ * plan's count, or the pool's workers and the caller. */
+unsigned ps_engine_threads(ps_pool *pool, const ps_plan *plan);
+
+/* What a transfer's host copy took (governor.h): the threads that shared
+ * it, the caller included; its blocks' time, all threads together; the
+ * transfer's wall time. Blocks are timed only when it is asked for. */
+typedef struct ps_engine_report {
+    unsigned threads;
+    uint64_t copy_ns, wall_ns;
+} ps_engine_report;
+
 /* Moves `bytes` between ordinary host memory and the device through the
  * stage, ordered after the work queued on `stream`, landed on return. On
  * failure, *in_flight says whether a DMA may still touch the pinned memory
- * (the waits that would tell failed too): then it must never be reused. */
+ * (the waits that would tell failed too): then it must never be reused.
+ * `report` (may be NULL) is filled on success. */
 pinstage_status ps_engine_h2d(const ps_driver *d, ps_pool *pool, const ps_stage *stage, CUdeviceptr dst,
                               const void *src, size_t bytes, CUstream stream, const ps_plan *plan,
-                              int *in_flight, const char *caller);
+                              int *in_flight, ps_engine_report *report, const char *caller);
 pinstage_status ps_engine_d2h(const ps_driver *d, ps_pool *pool, const ps_stage *stage, void *dst,
                               CUdeviceptr src, size_t bytes, CUstream stream, const ps_plan *plan,
-                              int *in_flight, const char *caller);
+                              int *in_flight, ps_engine_report *report, const char *caller);
 
 /* Copies `len` bytes of ordinary memory into pinned memory a DMA reads next,
  * shared by the pool's threads and the caller (streaming stores for large

@@ -12,6 +12,7 @@
 #include "devbuf.h"
 #include "device.h"
 #include "engine.h"
+#include "governor.h"
 #include "numa.h"
 #include "pinned.h"
 #include "policy.h"
@@ -416,11 +417,18 @@ static pinstage_status pageable_copy(const transfer *t, int *refused) {
 /* Staged by one copy or the engine. Sets *unpinnable when the failure was
  * getting pinned memory at all (the caller may then fall back), *pinned
  * when the transfer had to pin a block first (its time is no measurement). */
-static pinstage_status engine_copy(const transfer *t, const ps_plan *chosen, int *unpinnable, int *pinned) {
+static pinstage_status engine_copy(const transfer *t, const ps_plan *chosen, int governed, int *unpinnable,
+                                   int *pinned) {
     pinstage_buffer *buf = t->buf;
     ps_pool *pool = ps_binding_pool(&buf->binding);
     ps_plan use = ps_engine_plan_shared(*chosen, t->dir, t->bytes, ps_pool_callers(pool));
     const ps_plan *plan = &use;
+    /* As many threads as recent transfers of the size kept busy (governor.h). */
+    ps_engine_report report, *asked_report = NULL;
+    if (governed && use.route == PINSTAGE_ROUTE_ENGINE && t->bytes >= PS_GOVERNED_MIN) {
+        use.threads = ps_governor_threads(t->dir, t->bytes, ps_engine_threads(pool, &use));
+        asked_report = &report;
+    }
     pinning p;
     pinstage_status s = pin(buf, t->d, ps_engine_footprint(t->bytes, plan), 1, &p, t->caller);
     *unpinnable = s == PINSTAGE_ERROR_OUT_OF_MEMORY;
@@ -429,9 +437,12 @@ static pinstage_status engine_copy(const transfer *t, const ps_plan *chosen, int
     ps_stage stage = {pinned_ptr(buf, &p), buf->events};
     int in_flight = 0;
     s = t->dir == PS_H2D ? ps_engine_h2d(t->d, pool, &stage, t->dev, t->host, t->bytes, t->stream, plan, &in_flight,
-                                         t->caller)
+                                         asked_report, t->caller)
                          : ps_engine_d2h(t->d, pool, &stage, t->host, t->dev, t->bytes, t->stream, plan, &in_flight,
-                                         t->caller);
+                                         asked_report, t->caller);
+    /* A transfer that pinned first is no measure of its copy. */
+    if (!s && asked_report && !*pinned)
+        ps_governor_record(t->dir, t->bytes, use.threads, report.threads, report.copy_ns, report.wall_ns);
     if (s && in_flight) retire_pinned(buf, t->d, &p, t->caller);
     unpin(buf, t->d, &p, !s, t->caller);
     return s;
@@ -516,7 +527,7 @@ static pinstage_status move_pageable(transfer *t, const pinstage_profile *profil
     int tried_pageable = plan.route == PINSTAGE_ROUTE_PAGEABLE && kind == PS_HOST_PAGEABLE;
     if (plan.route == PINSTAGE_ROUTE_PAGEABLE) plan = ps_choose_plan(profile, t->dir, t->bytes, SIZE_MAX);
     int unpinnable = 0, pinned = 0;
-    if ((s = engine_copy(t, &plan, &unpinnable, &pinned))) {
+    if ((s = engine_copy(t, &plan, adapts(buf, profile), &unpinnable, &pinned))) {
         /* No pinned memory to be had (a limit, a container's locked-memory
          * cap): the driver's pageable path still works, unless told not to. */
         if (!unpinnable || buf->strict || tried_pageable || kind != PS_HOST_PAGEABLE) return s;

@@ -72,6 +72,8 @@ typedef struct bench_result {
      * transfer, the driver's threads. -1 without. */
     double gap_cpu_us_per_gb;
     double pageable_share; /* paths with a buffer: timed calls that took the pageable route / reps; else -1 */
+    unsigned engine_threads; /* paths with a buffer: the engine's thread count for the size after the
+                                timed calls (pinstage_route_get_info); 0: not governed */
 } bench_result;
 
 typedef struct bench_context {

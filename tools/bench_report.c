@@ -125,6 +125,7 @@ static void json_report(FILE *out, const bench_context *c, const bench_result *r
                 r[i].path->name, r[i].reps, r[i].median_us, r[i].min_us, r[i].p10_us, r[i].p90_us, r[i].gbps,
                 r[i].ratio, r[i].cpu_us_per_gb);
         if (r[i].pageable_share >= 0) fprintf(out, "\"pageable_share\": %.4f, ", r[i].pageable_share);
+        if (r[i].engine_threads) fprintf(out, "\"engine_threads\": %u, ", r[i].engine_threads);
         if (r[i].gap_cpu_us_per_gb >= 0) fprintf(out, "\"gap_cpu_us_per_gb\": %.1f, ", r[i].gap_cpu_us_per_gb);
         fprintf(out, "\"emulated\": %s}%s\n", c->emulated ? "true" : "false", i + 1 < n ? "," : "");
     }

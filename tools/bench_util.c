@@ -232,6 +232,12 @@ int bench_measure(bench_cell *c, const bench_path **paths, size_t npaths, const 
             res->cpu_us_per_gb = cpu[p] / ((double)c->bytes * (double)reps / 1e9);
             res->gap_cpu_us_per_gb = o->before_call ? gap_cpu[p] / ((double)c->bytes * (double)reps / 1e9) : -1;
             res->pageable_share = paths[p]->buffer ? (double)pageable_calls[p] / (double)reps : -1;
+            res->engine_threads = 0;
+            pinstage_route_info route;
+            if (paths[p]->buffer &&
+                pinstage_route_get_info(c->direction == BENCH_H2D ? PINSTAGE_H2D : PINSTAGE_D2H, c->bytes, &route) ==
+                    PINSTAGE_SUCCESS)
+                res->engine_threads = route.engine_threads;
         }
         if (ready[p]) paths[p]->teardown(c, state[p]);
         free(samples[p]);

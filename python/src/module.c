@@ -102,6 +102,8 @@ static PyStructSequence_Field route_info_fields[] = {
     {"staging_samples", NULL},
     {"switches", NULL},
     {"probes", NULL},
+    {"engine_threads", "threads the engine's copies of this size get now, the caller included; 0: not governed"},
+    {"thread_changes", NULL},
     {NULL, NULL}};
 
 static PyStructSequence_Field placement_fields[] = {
@@ -314,9 +316,9 @@ static PyObject *fn_route_info(PyObject *m, PyObject *args) {
     pinstage_route_info info;
     pinstage_status s = pinstage_route_get_info((pinstage_direction)dir, (size_t)bytes, &info);
     if (s) return pspy_raise(s);
-    return filled(RouteInfoType, "(OiddIIKK)", info.adaptive ? Py_True : Py_False, info.chosen, info.pageable_us,
+    return filled(RouteInfoType, "(OiddIIKKIK)", info.adaptive ? Py_True : Py_False, info.chosen, info.pageable_us,
                   info.staging_us, info.pageable_samples, info.staging_samples, (unsigned long long)info.switches,
-                  (unsigned long long)info.probes);
+                  (unsigned long long)info.probes, info.engine_threads, (unsigned long long)info.thread_changes);
 }
 
 static PyObject *fn_route_reset(PyObject *m, PyObject *unused) {

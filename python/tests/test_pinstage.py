@@ -123,6 +123,9 @@ class ModuleTest(unittest.TestCase):
         pinstage.pinned_retry_releases()
         info = pinstage.route_info(pinstage.H2D, 4 * MIB)
         self.assertIn(info.chosen, (pinstage.ADAPT_PROFILE, pinstage.ADAPT_PAGEABLE, pinstage.ADAPT_STAGING))
+        pinstage.route_reset()
+        info = pinstage.route_info(pinstage.H2D, 4 * MIB)
+        self.assertEqual((info.engine_threads, info.thread_changes), (0, 0))  # nothing governed yet
         with self.assertRaises(ValueError):
             pinstage.route_info(pinstage.H2D, 0)
         with self.assertRaises(pinstage.Error):

@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: MIT */
+/* How many threads an engine transfer's host copy gets.
+ *
+ * Every thread the pool has keeps the host copy of a transfer short, but
+ * once the copy runs ahead of the DMA the threads only wait for slots, and
+ * a waiting thread spins: a 4.7 MiB upload on the H200 machine used 15 CPUs
+ * for its 132 us, 408 ms of CPU per GB against the driver's pageable path's
+ * 77. How many threads keep up depends on where the source lies (a cache
+ * or memory) and on what the machine's other tenants take, so it is
+ * measured, not tabled: per direction and size class, the share of its
+ * threads' time a transfer's copy used (copying time over threads x wall
+ * time). Well below half, the next transfers get fewer threads, enough for
+ * about two thirds; near full, more again, up to the profile's count.
+ * Transfers under 1 MiB are left alone: their copy is mostly the pipeline's
+ * fill, which every thread shortens. */
+#ifndef PINSTAGE_GOVERNOR_H
+#define PINSTAGE_GOVERNOR_H
+
+#include <stdint.h>
+
+#include "policy.h"
+
+/* Transfers this large or larger are governed. */
+#define PS_GOVERNED_MIN ((size_t)1 << 20)
+
+/* The threads (the caller included) the next transfer of `bytes` gets, at
+ * most `most` (the profile's count, or the pool's workers and the caller). */
+unsigned ps_governor_threads(ps_direction dir, size_t bytes, unsigned most);
+
+/* A transfer of `bytes` asked for `asked` threads and ran with `used`; its
+ * blocks took `copy_ns` in all, the transfer `wall_ns`. */
+void ps_governor_record(ps_direction dir, size_t bytes, unsigned asked, unsigned used, uint64_t copy_ns,
+                        uint64_t wall_ns);
+
+/* What it decided for the class of `bytes`: the threads transfers get now
+ * (0: none governed yet) and how often that changed. */
+void ps_governor_info(ps_direction dir, size_t bytes, unsigned *threads, uint64_t *changes);
+
+/* Forgets everything (pinstage_route_reset). */
+void ps_governor_reset(void);
+
+#endif
