@@ -902,14 +902,17 @@ PINSTAGE_API pinstage_status pinstage_buffer_set_profile(pinstage_buffer *buf, c
  * The engine's thread count adapts too. Once the host copy runs ahead of
  * the DMA its threads only wait, spinning, so per direction and size class
  * from 1 MiB up the share of its threads' time each engine transfer spent
- * copying is kept (the blocks' time over threads x the transfer's time).
- * Where the mean of 4 transfers is under a half, the next get fewer
+ * copying is kept (the blocks' time over threads x the transfer's time), in
+ * windows of 8 transfers. Where it is under a half, the next get fewer
  * threads, enough for about two thirds (at most half as many at a step,
- * never fewer than 2, the caller included); over 0.8 with every thread
- * asked for, up to half as many more, never beyond the profile's count or
- * the pool's. A source in a cache copies fast and needs few threads; one
- * coming from memory, or a machine whose other tenants take bandwidth,
- * needs more. pinstage_route_get_info says what it decided.
+ * never fewer than 2, the caller included), and the cut stays only while
+ * their median time is within 3% of the profile's count's, which is
+ * measured first and again every 64 windows; a cut that cost more makes the
+ * count before it the floor until then. Over 0.8 with every thread asked
+ * for, up to half as many more, never beyond the profile's count or the
+ * pool's. A source in a cache copies fast and needs few threads; one coming
+ * from memory, or a machine whose other tenants take bandwidth, needs more.
+ * pinstage_route_get_info says what it decided.
  *
  * Adaptation applies to buffers that follow a measured or the built-in
  * profile with no threshold set (PINSTAGE_AUTO_STAGE_PROFILE); a fixed

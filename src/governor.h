@@ -9,8 +9,11 @@
  * or memory) and on what the machine's other tenants take, so it is
  * measured, not tabled: per direction and size class, the share of its
  * threads' time a transfer's copy used (copying time over threads x wall
- * time). Well below half, the next transfers get fewer threads, enough for
- * about two thirds; near full, more again, up to the profile's count.
+ * time), in windows of 8 transfers. Well below half, the next transfers get
+ * fewer threads, enough for about two thirds; the cut is kept only while
+ * their median time stays within 3% of the profile's count's, measured
+ * first and again every 64 windows (else that count becomes the floor until
+ * then). Near full use, more threads again, up to the profile's count.
  * Transfers under 1 MiB are left alone: their copy is mostly the pipeline's
  * fill, which every thread shortens. */
 #ifndef PINSTAGE_GOVERNOR_H
