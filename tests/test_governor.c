@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* The engine's thread count follows the share of its threads' time the
  * copies used: cut where they mostly waited, as long as the cut costs no
- * time against the reference count, raised where they were always copying,
- * held in between, never outside 2 and the cap; the reference measured
- * again; samples of another count or a smaller cap do not count; small
- * transfers are left alone.
+ * time against a window at the cap run right after it, raised where they
+ * were always copying, held in between, never outside 2 and the cap; the
+ * count in force judged again every 64 windows; samples of another count
+ * or a smaller cap do not count; small transfers are left alone.
  * Through a buffer on the emulator, whose DMA is slow: the transfers of a
  * size go down to 2 threads with every byte arriving, and with adaptation
  * off they keep every thread. */
@@ -44,14 +44,24 @@ static uint64_t changes_of(size_t bytes) {
 
 static unsigned now_for(size_t bytes) { return ps_governor_threads(PS_H2D, bytes, 15); }
 
-/* A start: a window not measured, then the reference window at 15 threads
- * whose use decides the first step. */
+/* A start: a window not measured, then a window at 15 threads whose use
+ * decides the first step. */
 static void start(size_t bytes, double use) {
     ps_governor_reset();
     CHECK_EQ(now_for(bytes), 15);
     record(bytes, 15, 15, use, WALL, 1);
     CHECK_EQ(now_for(bytes), 15);
     record(bytes, 15, 15, use, WALL, 1);
+}
+
+/* A cut to `count` on trial: its window, which took `wall`, then a window
+ * at the profile's 15 that took `control`, to judge it by. */
+static void trial(size_t bytes, unsigned count, uint64_t wall, uint64_t control) {
+    CHECK_EQ(now_for(bytes), count);
+    record(bytes, count, count, 0.3, wall, 1);
+    CHECK_EQ(now_for(bytes), 15);
+    CHECK_EQ(threads_of(PS_H2D, bytes), count); /* a control window is not a decision */
+    record(bytes, 15, 15, 0.3, control, 1);
 }
 
 static void idle_threads_are_cut_down_to_two(void) {
@@ -62,9 +72,17 @@ static void idle_threads_are_cut_down_to_two(void) {
     ps_governor_record(PS_H2D, bytes, 8, 8, (uint64_t)(0.3 * 8 * WALL), WALL);
     CHECK_EQ(now_for(bytes), 8); /* one transfer is not a window */
     record(bytes, 8, 8, 0.3, WALL, 1);
+    /* That window judged against one at 15 run next (the extra transfer
+     * above, at 8, is not one of its samples). */
+    CHECK_EQ(now_for(bytes), 15);
+    ps_governor_record(PS_H2D, bytes, 8, 8, (uint64_t)(0.3 * 8 * WALL), WALL);
+    record(bytes, 15, 15, 0.3, WALL, 1);
+    CHECK_EQ(now_for(bytes), 8);
+    record(bytes, 8, 8, 0.3, WALL, 1);
+    trial(bytes, 4, WALL, WALL);
     CHECK_EQ(now_for(bytes), 4);
     record(bytes, 4, 4, 0.1, WALL, 1);
-    CHECK_EQ(now_for(bytes), 2);
+    trial(bytes, 2, WALL, WALL);
     record(bytes, 2, 2, 0.05, WALL, 4);
     CHECK_EQ(now_for(bytes), 2); /* never fewer */
     CHECK_EQ(changes_of(bytes), 3);
@@ -76,36 +94,62 @@ static void idle_threads_are_cut_down_to_two(void) {
 static void a_cut_that_costs_time_is_undone(void) {
     size_t bytes = 64 * M;
     start(bytes, 0.3);
+    trial(bytes, 8, WALL * 102 / 100, WALL); /* 2% slower than 15 threads: kept */
     CHECK_EQ(now_for(bytes), 8);
-    record(bytes, 8, 8, 0.3, WALL * 102 / 100, 1); /* 2% slower: kept */
-    CHECK_EQ(now_for(bytes), 4);
-    record(bytes, 4, 4, 0.3, WALL * 105 / 100, 1); /* 5% slower than the reference: undone */
+    record(bytes, 8, 8, 0.3, WALL, 1);
+    /* Judged against the window at 15 run beside it, not an old one: the
+     * machine got faster meanwhile, and 4 threads are 5% slower than 15. */
+    trial(bytes, 4, WALL, WALL * 100 / 105);
     CHECK_EQ(now_for(bytes), 8);
-    uint64_t changes = changes_of(bytes);
+    CHECK_EQ(changes_of(bytes), 3); /* 8, 4, 8 */
     /* 8 is the floor now, however idle its threads. */
     record(bytes, 8, 8, 0.2, WALL, 40);
     CHECK_EQ(now_for(bytes), 8);
-    CHECK_EQ(changes_of(bytes), changes);
-    /* Every 64 windows the reference is measured again: 15 threads, a
-     * window not measured, the reference, then cuts again. */
-    record(bytes, 8, 8, 0.2, WALL, 64 - 40 - 3);
+    CHECK_EQ(changes_of(bytes), 3);
+    /* Every 64 windows the count in force is judged again, against 15, and
+     * the floor forgotten: 8 still costs nothing, and cuts resume. */
+    record(bytes, 8, 8, 0.2, WALL, 64 - 2 - 40 - 1);
     CHECK_EQ(now_for(bytes), 8);
     record(bytes, 8, 8, 0.2, WALL, 1);
     CHECK_EQ(now_for(bytes), 15);
-    record(bytes, 15, 15, 0.2, 2 * WALL, 2); /* the machine got slower */
+    record(bytes, 15, 15, 0.2, WALL, 1);
     CHECK_EQ(now_for(bytes), 8);
-    record(bytes, 8, 8, 0.3, 2 * WALL, 1);
+    record(bytes, 8, 8, 0.3, WALL, 1);
+    trial(bytes, 4, 2 * WALL, 2 * WALL); /* the machine got slower: both windows alike */
     CHECK_EQ(now_for(bytes), 4);
-    record(bytes, 4, 4, 0.3, 2 * WALL, 1);
-    CHECK_EQ(now_for(bytes), 2);
+    CHECK_EQ(changes_of(bytes), 4);
+}
+
+static void the_count_in_force_is_judged_again(void) {
+    size_t bytes = 64 * M;
+    start(bytes, 0.3);
+    trial(bytes, 8, WALL, WALL);
+    record(bytes, 8, 8, 0.6, WALL, 62); /* held: use in the band */
+    CHECK_EQ(now_for(bytes), 8);
+    /* The 64th window, judged against one at 15 that is twice as fast (the
+     * source moved into a cache, say): back to 15, and no cut until the
+     * next check. */
+    record(bytes, 8, 8, 0.6, WALL, 1);
+    CHECK_EQ(now_for(bytes), 15);
+    record(bytes, 15, 15, 0.6, WALL / 2, 1);
+    CHECK_EQ(now_for(bytes), 15);
+    CHECK_EQ(threads_of(PS_H2D, bytes), 15);
+    record(bytes, 15, 15, 0.1, WALL / 2, 63);
+    CHECK_EQ(now_for(bytes), 15);
+    CHECK_EQ(changes_of(bytes), 2);
+    /* The next check forgets that floor: cuts again. */
+    record(bytes, 15, 15, 0.1, WALL / 2, 1);
+    CHECK_EQ(now_for(bytes), 8);
 }
 
 static void busy_threads_are_added_up_to_the_cap(void) {
     size_t bytes = 8 * M;
     start(bytes, 0.2);
-    CHECK_EQ(now_for(bytes), 8);
+    trial(bytes, 8, WALL, WALL);
     record(bytes, 8, 8, 0.2, WALL, 1);
+    trial(bytes, 4, WALL, WALL);
     CHECK_EQ(now_for(bytes), 4);
+    /* Raised without a trial: a copy-bound count only gains. */
     record(bytes, 4, 4, 0.9, WALL, 1);
     CHECK_EQ(now_for(bytes), 6);
     record(bytes, 6, 6, 0.9, WALL, 1);
@@ -121,7 +165,7 @@ static void busy_threads_are_added_up_to_the_cap(void) {
 static void a_use_in_the_band_holds_the_count(void) {
     size_t bytes = 4 * M;
     start(bytes, 0.3);
-    CHECK_EQ(now_for(bytes), 8);
+    trial(bytes, 8, WALL, WALL);
     uint64_t changes = changes_of(bytes);
     record(bytes, 8, 8, 0.55, WALL, 20);
     record(bytes, 8, 8, 0.75, WALL, 20);
@@ -136,6 +180,7 @@ static void samples_of_another_count_do_not_count(void) {
     /* Transfers that began before the cut (another thread's) finish now. */
     record(bytes, 15, 15, 0.1, 10 * WALL, 10);
     CHECK_EQ(now_for(bytes), 8);
+    trial(bytes, 8, WALL, WALL);
     /* Copy-bound, but with fewer seats than asked: more would not come. */
     record(bytes, 8, 5, 0.95, WALL, 10);
     CHECK_EQ(now_for(bytes), 8);
@@ -203,15 +248,19 @@ static void a_buffer_with_slow_dma_needs_two_threads(void) {
     pinstage_set_adaptive(1);
     /* The driver's pageable path slower still, so the engine keeps the
      * route, and its DMA at 0.1 GB/s (21 ms): the copy waits nearly all the
-     * time, and fewer threads cost none (each window's median time within
-     * 3% of the first). */
+     * time, and fewer threads cost none. The emulator's timings vary by
+     * up to a fifth between windows on a busy two-CPU machine, so the time
+     * check (the unit cases above) is widened to half here. Seven windows a
+     * direction: one not measured, the cut to 4, its trial and control, the
+     * cut to 2, its trial and control. */
     emu->set_host_rates(0.05, 0);
     emu->set_timing(5, 0.1);
-    round_trips(buf, dev, src, back, bytes, 48);
+    ps_governor_set_tolerance(0.5);
+    round_trips(buf, dev, src, back, bytes, 56);
     pinstage_route_info up, down;
     CHECK_OK(pinstage_route_get_info(PINSTAGE_H2D, bytes, &up));
     CHECK_OK(pinstage_route_get_info(PINSTAGE_D2H, bytes, &down));
-    printf("#   after 48 round trips: upload %u threads (%llu changes), download %u (%llu)\n", up.engine_threads,
+    printf("#   after 56 round trips: upload %u threads (%llu changes), download %u (%llu)\n", up.engine_threads,
            (unsigned long long)up.thread_changes, down.engine_threads, (unsigned long long)down.thread_changes);
     CHECK_EQ(up.engine_threads, 2);
     CHECK_EQ(down.engine_threads, 2);
@@ -219,7 +268,7 @@ static void a_buffer_with_slow_dma_needs_two_threads(void) {
     CHECK_EQ(down.thread_changes, 2);
     pinstage_stats st;
     pinstage_buffer_stats(buf, &st);
-    CHECK_EQ(st.engine_transfers + st.pageable_transfers, 96);
+    CHECK_EQ(st.engine_transfers + st.pageable_transfers, 112);
     CHECK_EQ(st.pageable_transfers, st.route_probes); /* the pageable path only measured */
     CHECK_OK(pinstage_buffer_upload(buf, dev, src, bytes, NULL));
     CHECK_EQ(ps_pool_last_seats(), 1); /* one worker beside the caller */
@@ -236,6 +285,7 @@ static void a_buffer_with_slow_dma_needs_two_threads(void) {
     CHECK_EQ(up.engine_threads, 0);
     CHECK_EQ(up.thread_changes, 0);
 
+    ps_governor_set_tolerance(-1);
     emu->set_timing(20, 4); /* the emulator's defaults */
     emu->set_host_rates(0, 0);
     CHECK_OK(pinstage_pool_set_threads(PINSTAGE_POOL_AUTO));
@@ -252,6 +302,7 @@ int main(void) {
     pinstage_emu_live before = live_now();
     RUN(idle_threads_are_cut_down_to_two);
     RUN(a_cut_that_costs_time_is_undone);
+    RUN(the_count_in_force_is_judged_again);
     RUN(busy_threads_are_added_up_to_the_cap);
     RUN(a_use_in_the_band_holds_the_count);
     RUN(samples_of_another_count_do_not_count);
