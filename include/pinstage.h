@@ -905,10 +905,11 @@ PINSTAGE_API pinstage_status pinstage_buffer_set_profile(pinstage_buffer *buf, c
  * copying is kept (the blocks' time over threads x the transfer's time), in
  * windows of 8 transfers. Where it is under a half, the next get fewer
  * threads, enough for about two thirds (at most half as many at a step,
- * never fewer than 2, the caller included), and the cut stays only while
- * their median time is within 3% of the profile's count's, which is
- * measured first and again every 64 windows; a cut that cost more makes the
- * count before it the floor until then. Over 0.8 with every thread asked
+ * never fewer than 2, the caller included), and the cut stays only if their
+ * median time is within 3% of a window at the profile's count run right
+ * after it, on the same source beside the same neighbours; a cut that cost
+ * more makes the count before it the floor. Every 64 windows the count in
+ * force is judged that way again and the floor forgotten. Over 0.8 with every thread asked
  * for, up to half as many more, never beyond the profile's count or the
  * pool's. A source in a cache copies fast and needs few threads; one coming
  * from memory, or a machine whose other tenants take bandwidth, needs more.
