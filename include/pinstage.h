@@ -901,7 +901,7 @@ PINSTAGE_API pinstage_status pinstage_buffer_set_profile(pinstage_buffer *buf, c
  *
  * The engine's thread count adapts too. Once the host copy runs ahead of
  * the DMA its threads only wait, spinning, so per direction and size class
- * from 1 MiB up the share of its threads' time each engine transfer spent
+ * from 16 MiB up the share of its threads' time each engine transfer spent
  * copying is kept (the blocks' time over threads x the transfer's time), in
  * windows of 8 transfers. Where it is under a half, the next get fewer
  * threads, enough for about two thirds (at most half as many at a step,
@@ -946,7 +946,7 @@ typedef struct pinstage_route_info {
     uint64_t switches;         /* times the side taken changed */
     uint64_t probes;           /* transfers that took the other side to measure it */
     unsigned engine_threads;   /* threads the copy engine's host copies of this class get now,
-                                  the caller included; 0: not governed (under 1 MiB, or no
+                                  the caller included; 0: not governed (under 16 MiB, or no
                                   engine transfer yet) */
     uint64_t thread_changes;   /* times engine_threads changed */
 } pinstage_route_info;
