@@ -124,7 +124,7 @@ class ModuleTest(unittest.TestCase):
         info = pinstage.route_info(pinstage.H2D, 4 * MIB)
         self.assertIn(info.chosen, (pinstage.ADAPT_PROFILE, pinstage.ADAPT_PAGEABLE, pinstage.ADAPT_STAGING))
         pinstage.route_reset()
-        info = pinstage.route_info(pinstage.H2D, 4 * MIB)
+        info = pinstage.route_info(pinstage.H2D, 64 * MIB)
         self.assertEqual((info.engine_threads, info.thread_changes), (0, 0))  # nothing governed yet
         with self.assertRaises(ValueError):
             pinstage.route_info(pinstage.H2D, 0)
