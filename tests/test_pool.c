@@ -831,7 +831,12 @@ static void wakes_ahead_of_jobs_in_a_rhythm(void) {
 static void a_rhythm_of_jobs_that_open_late_keeps_workers_up(void) {
     double busy;
     unsigned found_awake = jobs_in_a_rhythm(0, 30, block_40us, &busy);
-    /* 9-11 of 20 when a worker slept through to the next job's time */
+    /* 9-11 of 20 when a worker slept through to the next job's time, in
+     * every try. The rhythm lasts about 20 ms, two of /proc/stat's ticks,
+     * so a neighbour that took the worker's CPU can go unseen ("0%" beside
+     * 7 of 20 on a 2-CPU CI runner): up to two more tries. */
+    for (int again = 0; again < 2 && found_awake < 16 && rhythm_measurable(busy); again++)
+        found_awake = jobs_in_a_rhythm(0, 30, block_40us, &busy);
     if (rhythm_measurable(busy)) CHECK(found_awake >= 16);
     CHECK_OK(pinstage_pool_set_threads(PINSTAGE_POOL_AUTO));
     ps_cpus_set_usable(0);
