@@ -366,6 +366,9 @@ def main():
                 check(0 <= x.get("pageable_share", -1) <= 1, f"auto rows carry their pageable share {x}")
             if x["path"] != "auto":
                 check("pageable_share" not in x, f"only auto rows carry a pageable share {x}")
+            # The governor's thread count: auto rows of governed sizes (16 MiB up) only.
+            check("engine_threads" not in x or (x["path"] == "auto" and x["bytes"] >= 16 << 20 and
+                                                x["engine_threads"] > 0), f"engine_threads where governed {x}")
             # The other threads' CPU in the gap before each call: paced rows only.
             check((x.get("gap_cpu_us_per_gb", -1) >= 0) == (x["condition"] == "paced"),
                   f"gap CPU on paced rows only {x}")

@@ -54,6 +54,7 @@ typedef struct {
     double gap_cpu_us_per_gb; /* paced: the other threads' CPU in the gap before each call; -1: not measured */
     double memcpy_gbps, bound_us;                                    /* 0: not measured */
     double pageable_share; /* auto: timed calls that took the pageable route / reps; -1: not a buffer path */
+    unsigned engine_threads; /* auto: the governor's thread count for the size after the calls; 0: not governed */
     double aggregate_gbps, bound_gbps, min_thread_gbps, mean_thread_gbps; /* concurrent */
 } cond_row;
 
@@ -348,6 +349,7 @@ static int measure(cond_state *st, const char *condition, bench_direction d, siz
         r->cpu_us_per_gb = res[i].cpu_us_per_gb;
         r->gap_cpu_us_per_gb = res[i].gap_cpu_us_per_gb;
         r->pageable_share = res[i].pageable_share;
+        r->engine_threads = res[i].engine_threads;
     }
     return 0;
 }
@@ -386,8 +388,9 @@ int bench_conditions_child(const conditions_options *o, unsigned process) {
             cond_row *first;
             if ((rc = measure(&st, "fresh-process", (bench_direction)d, o->sizes[z], three_paths, 3, &ro, &first))) break;
             for (cond_row *r = first; r < st.rows + st.count; r++)
-                printf("row %s %zu %s %zu %.3f %.3f %.3f %.1f %.3f %.4f\n", bench_direction_name(r->dir), r->bytes,
-                       r->path, r->reps, r->median_us, r->p10_us, r->p90_us, r->cpu_us_per_gb, m, r->pageable_share);
+                printf("row %s %zu %s %zu %.3f %.3f %.3f %.1f %.3f %.4f %u\n", bench_direction_name(r->dir), r->bytes,
+                       r->path, r->reps, r->median_us, r->p10_us, r->p90_us, r->cpu_us_per_gb, m, r->pageable_share,
+                       r->engine_threads);
         }
     (void)process;
     fflush(stdout);
@@ -438,8 +441,9 @@ static int fresh_processes(cond_state *st) {
             char dir[8], path[24];
             size_t bytes, reps;
             double med, p10, p90, cpu, m, share;
-            if (sscanf(line, "row %7s %zu %23s %zu %lf %lf %lf %lf %lf %lf", dir, &bytes, path, &reps, &med, &p10,
-                       &p90, &cpu, &m, &share) != 10)
+            unsigned threads;
+            if (sscanf(line, "row %7s %zu %23s %zu %lf %lf %lf %lf %lf %lf %u", dir, &bytes, path, &reps, &med, &p10,
+                       &p90, &cpu, &m, &share, &threads) != 11)
                 continue;
             cond_row *r = new_row(st, "fresh-process");
             if (!r) break;
@@ -454,6 +458,7 @@ static int fresh_processes(cond_state *st) {
             r->cpu_us_per_gb = cpu;
             r->memcpy_gbps = m;
             r->pageable_share = share;
+            r->engine_threads = threads;
         }
         if (in) fclose(in);
         int status = 0;
@@ -631,6 +636,7 @@ static void json_row(FILE *out, const cond_row *r, int last) {
     if (r->memcpy_gbps > 0) fprintf(out, "\"memcpy_gbps\": %.3f, ", r->memcpy_gbps);
     if (r->bound_us > 0) fprintf(out, "\"bound_us\": %.3f, ", r->bound_us);
     if (r->pageable_share >= 0) fprintf(out, "\"pageable_share\": %.4f, ", r->pageable_share);
+    if (r->engine_threads) fprintf(out, "\"engine_threads\": %u, ", r->engine_threads);
     if (r->gap_cpu_us_per_gb >= 0) fprintf(out, "\"gap_cpu_us_per_gb\": %.1f, ", r->gap_cpu_us_per_gb);
     fprintf(out, "\"reps\": %zu, \"median_us\": %.3f, \"p10_us\": %.3f, \"p90_us\": %.3f, \"cpu_us_per_gb\": %.1f}%s\n",
             r->reps, r->median_us, r->p10_us, r->p90_us, r->cpu_us_per_gb, last ? "" : ",");
