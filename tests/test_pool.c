@@ -826,15 +826,15 @@ static int rhythm_measurable(double busy) {
  * its CPUs for found workers up for at least `least` of the 20 jobs, 0 if
  * such tries did and none reached it, -1 if no try could be judged. A
  * rhythm lasts 20 to 120 ms, and a stretch in which the poster's sleeps
- * run late loses it until five periods match again. *calm: some try had
- * the machine's CPUs to itself (TSan builds included). */
+ * run late loses it until five periods match again. *calm (may be NULL):
+ * some try had the machine's CPUs to itself (TSan builds included). */
 static int rhythm_kept(long period_ns, unsigned open_after_us, ps_block_fn fn, unsigned least, int *calm) {
-    int judged = 0;
-    *calm = 0;
+    int judged = 0, quiet = 0;
     for (int tries = 0; tries < 3; tries++) {
         double busy;
         unsigned found_awake = jobs_in_a_rhythm(period_ns, open_after_us, fn, &busy);
-        if (busy <= BUSY_MACHINE) *calm = 1;
+        quiet |= busy <= BUSY_MACHINE;
+        if (calm) *calm = quiet;
         if (!rhythm_measurable(busy)) continue;
         if (found_awake >= least) return 1;
         judged = 1;
@@ -876,7 +876,7 @@ static void a_rhythm_of_jobs_that_open_late_keeps_workers_up(void) {
      * every try. The rhythm lasts about 20 ms, two of /proc/stat's ticks,
      * so a neighbour that took the worker's CPU can go unseen ("0%" beside
      * 7 of 20 on a 2-CPU CI runner): hence the tries. */
-    int calm, kept = rhythm_kept(0, 30, block_40us, 16, &calm);
+    int kept = rhythm_kept(0, 30, block_40us, 16, NULL);
     if (kept >= 0) CHECK(kept == 1);
     CHECK_OK(pinstage_pool_set_threads(PINSTAGE_POOL_AUTO));
     ps_cpus_set_usable(0);
