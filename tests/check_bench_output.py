@@ -248,14 +248,30 @@ def main():
         check(took >= 6 * 0.020, f"--paced 20000: 6 calls took {took:.3f} s, under 6 idle times")
         paced_doc = json.loads(r.stdout)
         check(paced_doc["context"]["paced_us"] == 20000, "json context.paced_us")
+        check(paced_doc["context"].get("pace_copy") is True, "json context.pace_copy: the other copy by default")
         check(all(x.get("gap_cpu_us_per_gb", -1) >= 0 for x in paced_doc["results"]),
               "paced rows carry the other threads' CPU in the gap")
         r = run(bench, env, *common, "--sizes", "4K", "--direction", "d2h", "--paths", "pageable,auto",
                 "--paced", "100", "--cold")
         check(r.returncode == 0 and any(l.startswith("# paced: each call after 100 us") for l in r.stdout.splitlines()),
               f"--paced with --cold, d2h: exit {r.returncode}, text names the pacing")
+        # --pace-copy no: the idle alone, still before every call.
+        began = time.monotonic()
+        r = run(bench, env, *common, "--sizes", "4K", "--direction", "h2d", "--paths", "pageable",
+                "--paced", "20000", "--pace-copy", "no", "--format", "json")
+        took = time.monotonic() - began
+        check(r.returncode == 0, f"--pace-copy no exit {r.returncode}: {r.stderr}")
+        check(took >= 6 * 0.020, f"--paced 20000 --pace-copy no: 6 calls took {took:.3f} s, under 6 idle times")
+        check(json.loads(r.stdout)["context"].get("pace_copy") is False, "json context.pace_copy false")
+        r = run(bench, env, *common, "--sizes", "4K", "--direction", "d2h", "--paths", "auto",
+                "--paced", "100", "--pace-copy", "no")
+        check(r.returncode == 0 and any(l == "# paced: each call after 100 us of sleep, no other copy"
+                                        for l in r.stdout.splitlines()),
+              f"--pace-copy no, d2h: exit {r.returncode}, text says there is no other copy")
         r = run(bench, env, *common, "--sizes", "4K", "--direction", "h2d", "--paths", "pageable")
         check(not any(l.startswith("# paced") for l in r.stdout.splitlines()), "no pacing line without --paced")
+        check('"pace_copy"' not in run(bench, env, *common, "--sizes", "4K", "--direction", "h2d", "--paths",
+                                       "pageable", "--format", "json").stdout, "no pace_copy without --paced")
 
         # Errors: no driver, bad options.
         r = run(bench, env, "--driver", "/nonexistent/libcuda.so.1", "--quiet")
@@ -264,7 +280,8 @@ def main():
                     ["--reps", "3x"], ["--device", "abc"], ["--budget", "2s"], ["--engine", "1M"],
                     ["--engine", "1Q:4"], ["--sched", "fast"], ["--host-alloc", "mmap"],
                     ["--pool-threads", "-1"], ["--paths", ",".join(["auto"] * 33)], ["--paced", "x"],
-                    ["--paced", "2e6"], ["--paced", "-1"], ["--paced", "nan"]):
+                    ["--paced", "2e6"], ["--paced", "-1"], ["--paced", "nan"], ["--pace-copy", "no"],
+                    ["--paced", "100", "--pace-copy", "maybe"]):
             r = run(bench, env, *common, *bad)
             check(r.returncode == 2 and "Segmentation" not in r.stderr, f"{bad} is refused (exit {r.returncode})")
 

@@ -97,6 +97,7 @@ typedef struct bench_context {
     char engine[64];     /* the engine path's settings */
     int pool_workers;
     double paced_us;     /* --paced: idle before each call, and another copy (0: none) */
+    int pace_copy;       /* --pace-copy: the other copy too (1, the default) or the idle alone (0) */
 } bench_context;
 
 typedef enum { BENCH_TEXT, BENCH_CSV, BENCH_JSON } bench_format;

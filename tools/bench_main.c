@@ -44,6 +44,8 @@ static const char usage[] =
     "  --paced US         with the path table: each call, timed or not, after US microseconds\n"
     "                     of sleep and the driver's pageable copy of other memory of the same\n"
     "                     size and direction, as a frame loop calls it (--conditions uses 5000)\n"
+    "  --pace-copy C      with --paced: yes (default) or no, the sleep alone: which of the two a\n"
+    "                     paced call's time follows\n"
     "  --load KIND        with the path table: cpu (arithmetic on all CPUs but 4) or memory (4\n"
     "                     threads streaming memcpy) in this process while it measures\n"
     "  --trace FILE       no benchmark: summarize the timeline a run with PINSTAGE_TRACE=FILE wrote\n"
@@ -198,7 +200,7 @@ enum {
     OPT_SIZES = 256, OPT_SWEEP, OPT_DIRECTION, OPT_PATHS, OPT_ENGINE, OPT_PROFILE, OPT_CALIBRATE, OPT_THOROUGH,
     OPT_PIPELINE, OPT_FILL, OPT_FRAMES, OPT_RING_SLOTS, OPT_CONDITIONS, OPT_PROCESSES, OPT_CONDITIONS_CHILD,
     OPT_TRACE, OPT_SOAK, OPT_SOAK_THREADS, OPT_POOL_THREADS, OPT_POOL_SPIN, OPT_SCHED, OPT_HOST_ALLOC, OPT_REPS, OPT_WARMUP,
-    OPT_BUDGET, OPT_DEVICE, OPT_FORMAT, OPT_JSON, OPT_EMULATE, OPT_DRIVER, OPT_QUIET, OPT_LOAD, OPT_COLD, OPT_PACED,
+    OPT_BUDGET, OPT_DEVICE, OPT_FORMAT, OPT_JSON, OPT_EMULATE, OPT_DRIVER, OPT_QUIET, OPT_LOAD, OPT_COLD, OPT_PACED, OPT_PACE_COPY,
     OPT_DEVICES
 };
 
@@ -238,6 +240,7 @@ static const struct option options[] = {
     {"load", required_argument, NULL, OPT_LOAD},
     {"cold", no_argument, NULL, OPT_COLD},
     {"paced", required_argument, NULL, OPT_PACED},
+    {"pace-copy", required_argument, NULL, OPT_PACE_COPY},
     {"devices", required_argument, NULL, OPT_DEVICES},
     {NULL, 0, NULL, 0},
 };
@@ -363,7 +366,10 @@ static int table_mode(const bench_size *sizes, size_t nsizes, int directions, co
                 options.before_arg = &ch;
             }
             paced_calls pc = {{paced_us, cell.direction, NULL, NULL}, cold ? &ch : NULL};
-            if (paced_us > 0) {
+            if (paced_us > 0 && !ctx->pace_copy) {
+                options.before_call = pace;
+                options.before_arg = &pc;
+            } else if (paced_us > 0) {
                 if (!(pc.pace.other_host = bench_host_memory(cell.bytes))) {
                     rc = bench_fail("out of host memory");
                 } else if ((s = pinstage_devbuf_alloc_u8(&pc.pace.other_device, cell.bytes))) {
@@ -414,6 +420,7 @@ int main(int argc, char **argv) {
     const char *profile_path = NULL, *calibrate_path = NULL;
     int thorough = 0, sched = -1, pipeline = 0, conditions = 0, load_kind = BENCH_LOAD_NONE, cold = 0;
     double paced_us = 0;
+    int pace_copy = -1; /* -1: not given (yes) */
     int budget_given = 0;
     const char *devices_arg = NULL;
     long child = -1;
@@ -435,6 +442,7 @@ int main(int argc, char **argv) {
     static const char *const sched_names[] = {"auto", "spin", "yield", "", "blocking"};
     static const char *const format_names[] = {"text", "csv", "json"};
     static const char *const load_names[] = {"none", "cpu", "memory"};
+    static const char *const no_yes[] = {"no", "yes"};
     int c;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "ho:", options, NULL)) != -1) {
@@ -593,6 +601,9 @@ int main(int argc, char **argv) {
             if (parse_seconds(v, &paced_us) || !(paced_us <= 1e6))
                 return bench_fail("--paced takes 0-1000000 (microseconds of idle before each call)");
             break;
+        case OPT_PACE_COPY:
+            if ((pace_copy = pick(v, no_yes, 2)) < 0) return bench_fail("--pace-copy takes yes or no");
+            break;
         case OPT_DEVICES:
             devices_arg = v;
             break;
@@ -618,6 +629,8 @@ int main(int argc, char **argv) {
         for (size_t b = sweep_lo; b <= sweep_hi && nsizes < 64; b *= 2) sizes[nsizes++] = (bench_size){b, ""};
 
     const bench_path *paths[BENCH_MAX_PATHS];
+    if (pace_copy >= 0 && !(paced_us > 0)) return bench_fail("--pace-copy goes with --paced");
+
     size_t npaths = 0;
     if (paths_arg) {
         char copy[512];
@@ -701,6 +714,7 @@ int main(int argc, char **argv) {
     pinstage_pool_get_info(&pool);
     ctx.pool_workers = (int)pool.workers;
     ctx.paced_us = paced_us;
+    ctx.pace_copy = pace_copy != 0;
     describe_machine(&ctx, device);
 
     int rc;

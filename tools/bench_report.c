@@ -53,9 +53,11 @@ static void text_method(FILE *out, const bench_context *c) {
                  "#   wall clock around each whole synchronous call; each path in blocks of consecutive calls,\n"
                  "#   the blocks of all paths alternating in 3 passes\n",
             c->reps, c->time_budget_s, c->warmup);
-    if (c->paced_us > 0)
+    if (c->paced_us > 0 && c->pace_copy)
         fprintf(out, "# paced: each call after %.0f us of sleep and the driver's pageable copy of other memory\n",
                 c->paced_us);
+    else if (c->paced_us > 0)
+        fprintf(out, "# paced: each call after %.0f us of sleep, no other copy\n", c->paced_us);
     fprintf(out, "# ratio: pageable median / path median (above 1 = faster than the driver's pageable path)\n");
     fprintf(out, "# GB/s: 1e9 bytes per second at the median\n");
 }
@@ -163,6 +165,7 @@ void bench_json_context(FILE *out, const bench_context *c, const char *method) {
     fprintf(out, ",\n    \"engine\": ");
     json_string(out, c->engine);
     fprintf(out, ",\n    \"pool_workers\": %d,\n    \"paced_us\": %.1f", c->pool_workers, c->paced_us);
+    if (c->paced_us > 0) fprintf(out, ",\n    \"pace_copy\": %s", c->pace_copy ? "true" : "false");
     fprintf(out, "\n  }");
 }
 

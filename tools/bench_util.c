@@ -35,6 +35,7 @@ void bench_sleep_us(double us) {
 void bench_pace_call(void *pace) {
     bench_pace *p = pace;
     bench_sleep_us(p->idle_us);
+    if (!p->other_device) return; /* --pace-copy no */
     size_t bytes = pinstage_devbuf_bytes(p->other_device);
     if (p->dir == BENCH_H2D)
         pinstage_devbuf_copy_from_host(p->other_device, p->other_host, bytes);
