@@ -1005,7 +1005,10 @@ PINSTAGE_API pinstage_status pinstage_route_get_info(pinstage_direction dir, siz
 PINSTAGE_API pinstage_status pinstage_pool_set_threads(unsigned workers);
 /* How long an idle worker spins before it parks, in microseconds (at most
  * one second). 0 also turns off the timed wake-up ahead of a rhythm's next
- * transfer. */
+ * transfer. Threads whose CPUs went idle copy slower after it: a spin
+ * longer than a frame loop's gap, with a calling thread that does not sleep
+ * through the gap either, keeps most of the warm speed, for every worker's
+ * CPU through every gap (README, "The worker pool"). */
 PINSTAGE_API void pinstage_pool_set_spin_us(unsigned spin_us);
 /* Stops and joins the workers (waiting for a transfer using them); the next
  * engine transfer starts them again. */
