@@ -263,6 +263,15 @@ def main():
         check(r.returncode == 0, f"--pace-copy no exit {r.returncode}: {r.stderr}")
         check(took >= 6 * 0.020, f"--paced 20000 --pace-copy no: 6 calls took {took:.3f} s, under 6 idle times")
         check(json.loads(r.stdout)["context"].get("pace_copy") is False, "json context.pace_copy false")
+        # No memory for the other copy either: the second device allocation (the first is the measured
+        # transfer's) fails in both runs, and only the run with the copy asks for it.
+        second_alloc_fails = dict(env, PINSTAGE_EMU_FAIL="cuMemAlloc:2:2")
+        paced_4k = ("--emulate", "--driver", emu, "--reps", "5", "--warmup", "1", "--quiet", "--sizes", "4K",
+                    "--direction", "h2d", "--paths", "pageable", "--paced", "100")
+        r = run(bench, second_alloc_fails, *paced_4k)
+        check(r.returncode != 0 and "device memory" in r.stderr, f"--paced allocates the other copy's memory: {r.stderr}")
+        r = run(bench, second_alloc_fails, *paced_4k, "--pace-copy", "no")
+        check(r.returncode == 0, f"--pace-copy no allocates nothing for another copy: {r.stderr}")
         r = run(bench, env, *common, "--sizes", "4K", "--direction", "d2h", "--paths", "auto",
                 "--paced", "100", "--pace-copy", "no")
         check(r.returncode == 0 and any(l == "# paced: each call after 100 us of sleep, no other copy"

@@ -366,18 +366,15 @@ static int table_mode(const bench_size *sizes, size_t nsizes, int directions, co
                 options.before_arg = &ch;
             }
             paced_calls pc = {{paced_us, cell.direction, NULL, NULL}, cold ? &ch : NULL};
-            if (paced_us > 0 && !ctx->pace_copy) {
+            if (paced_us > 0 && ctx->pace_copy) {
+                if (!(pc.pace.other_host = bench_host_memory(cell.bytes)))
+                    rc = bench_fail("out of host memory");
+                else if ((s = pinstage_devbuf_alloc_u8(&pc.pace.other_device, cell.bytes)))
+                    rc = bench_driver_fail("device memory", s);
+            }
+            if (paced_us > 0 && !rc) {
                 options.before_call = pace;
                 options.before_arg = &pc;
-            } else if (paced_us > 0) {
-                if (!(pc.pace.other_host = bench_host_memory(cell.bytes))) {
-                    rc = bench_fail("out of host memory");
-                } else if ((s = pinstage_devbuf_alloc_u8(&pc.pace.other_device, cell.bytes))) {
-                    rc = bench_driver_fail("device memory", s);
-                } else {
-                    options.before_call = pace;
-                    options.before_arg = &pc;
-                }
             }
             if (!rc) rc = bench_measure(&cell, paths, npaths, o, sizes[z].label, results + done);
             done += npaths;
@@ -628,9 +625,9 @@ int main(int argc, char **argv) {
     if (sweep_given && !conditions)
         for (size_t b = sweep_lo; b <= sweep_hi && nsizes < 64; b *= 2) sizes[nsizes++] = (bench_size){b, ""};
 
-    const bench_path *paths[BENCH_MAX_PATHS];
     if (pace_copy >= 0 && !(paced_us > 0)) return bench_fail("--pace-copy goes with --paced");
 
+    const bench_path *paths[BENCH_MAX_PATHS];
     size_t npaths = 0;
     if (paths_arg) {
         char copy[512];
