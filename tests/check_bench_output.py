@@ -10,6 +10,7 @@ import csv
 import io
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -277,6 +278,32 @@ def main():
         check(r.returncode == 0 and any(l == "# paced: each call after 100 us of sleep, no other copy"
                                         for l in r.stdout.splitlines()),
               f"--pace-copy no, d2h: exit {r.returncode}, text says there is no other copy")
+        # --pace-wait spin: the gap busy-waited, so the process's CPU time holds every gap (7 calls of
+        # 50 ms here: 1 warm-up, 5 timed, in 3 passes at least); slept, it holds none of them.
+        paced_spin = ("--emulate", "--driver", emu, "--reps", "5", "--warmup", "1", "--quiet", "--sizes", "4K",
+                      "--direction", "h2d", "--paths", "pageable", "--paced", "50000", "--pace-copy", "no",
+                      "--format", "json")
+        cpu = {}
+        for wait in ("sleep", "spin"):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            r = run(bench, env, *paced_spin, "--pace-wait", wait)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu[wait] = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+            check(r.returncode == 0 and json.loads(r.stdout)["context"].get("pace_wait") == wait,
+                  f"--pace-wait {wait}: exit {r.returncode}, json context.pace_wait: {r.stderr}")
+        check(cpu["spin"] >= 6 * 0.050 * 0.9 and cpu["spin"] - cpu["sleep"] >= 6 * 0.050 * 0.6,
+              f"--pace-wait spin keeps the CPU through the gaps: {cpu}")
+        # --pace-touch yes: said in the context and the text, with the other parts of the gap.
+        r = run(bench, env, *common, "--sizes", "4K", "--direction", "d2h", "--paths", "auto",
+                "--paced", "100", "--pace-copy", "no", "--pace-wait", "spin", "--pace-touch", "yes")
+        check(r.returncode == 0 and any(l == "# paced: each call after 100 us of busy-waiting, no other copy, "
+                                             "then its host memory read once" for l in r.stdout.splitlines()),
+              f"--pace-touch yes, text: exit {r.returncode}: {r.stderr}")
+        touched = json.loads(run(bench, env, *paced_4k, "--pace-touch", "yes", "--format", "json").stdout)["context"]
+        check(touched.get("pace_touch") is True and touched.get("pace_copy") is True
+              and touched.get("pace_wait") == "sleep", f"json context with --pace-touch yes: {touched}")
+        check(paced_doc["context"].get("pace_touch") is False and paced_doc["context"].get("pace_wait") == "sleep",
+              "json context: no touch, sleep by default")
         r = run(bench, env, *common, "--sizes", "4K", "--direction", "h2d", "--paths", "pageable")
         check(not any(l.startswith("# paced") for l in r.stdout.splitlines()), "no pacing line without --paced")
         check('"pace_copy"' not in run(bench, env, *common, "--sizes", "4K", "--direction", "h2d", "--paths",
@@ -290,7 +317,9 @@ def main():
                     ["--engine", "1Q:4"], ["--sched", "fast"], ["--host-alloc", "mmap"],
                     ["--pool-threads", "-1"], ["--paths", ",".join(["auto"] * 33)], ["--paced", "x"],
                     ["--paced", "2e6"], ["--paced", "-1"], ["--paced", "nan"], ["--pace-copy", "no"],
-                    ["--paced", "100", "--pace-copy", "maybe"]):
+                    ["--paced", "100", "--pace-copy", "maybe"], ["--pace-wait", "spin"],
+                    ["--pace-touch", "yes"], ["--paced", "100", "--pace-wait", "nap"],
+                    ["--paced", "100", "--pace-touch", "1"]):
             r = run(bench, env, *common, *bad)
             check(r.returncode == 2 and "Segmentation" not in r.stderr, f"{bad} is refused (exit {r.returncode})")
 

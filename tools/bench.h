@@ -98,6 +98,8 @@ typedef struct bench_context {
     int pool_workers;
     double paced_us;     /* --paced: idle before each call, and another copy (0: none) */
     int pace_copy;       /* --pace-copy: the other copy too (1, the default) or the idle alone (0) */
+    int pace_spin;       /* --pace-wait spin: the gap busy-waited on the clock, not slept */
+    int pace_touch;      /* --pace-touch yes: after the gap, the call's host memory read once */
 } bench_context;
 
 typedef enum { BENCH_TEXT, BENCH_CSV, BENCH_JSON } bench_format;
@@ -115,14 +117,20 @@ double bench_now_us(void);
 double bench_cpu_us(void);
 double bench_thread_cpu_us(void);
 void bench_sleep_us(double us);
+/* Returns after `us` microseconds without giving the CPU up. */
+void bench_spin_us(double us);
+/* Reads every cache line of `bytes` at `p` once. */
+void bench_touch(const unsigned char *p, size_t bytes);
 /* The gap between a frame loop's transfers, as a bench_run_options
- * before_call hook (arg: a bench_pace): idle_us of sleep, then the driver's
- * pageable copy of other memory in the same direction. */
+ * before_call hook (arg: a bench_pace): idle_us of sleep (of busy-waiting
+ * with `spin`), then the driver's pageable copy of other memory in the same
+ * direction (none without other_device). */
 typedef struct bench_pace {
     double idle_us;
     bench_direction dir;
     unsigned char *other_host;
     pinstage_devbuf *other_device;
+    int spin;
 } bench_pace;
 void bench_pace_call(void *pace);
 /* A qsort order for doubles; quantiles of sorted values; the median (sorts). */

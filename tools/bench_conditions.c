@@ -710,7 +710,7 @@ int bench_conditions(const conditions_options *o, const bench_context *ctx, FILE
     progress(&st, "paced");
     for (size_t z = 0; z < o->nsizes && !rc; z++)
         for (int d = 0; d < 2 && !rc; d++) {
-            bench_pace pa = {PACED_IDLE_US, (bench_direction)d, bench_host_memory(o->sizes[z]), NULL};
+            bench_pace pa = {PACED_IDLE_US, (bench_direction)d, bench_host_memory(o->sizes[z]), NULL, 0};
             if (!pa.other_host || (s = pinstage_devbuf_alloc_u8(&pa.other_device, o->sizes[z]))) {
                 free(pa.other_host);
                 rc = bench_fail("out of memory for the paced run");

@@ -46,6 +46,11 @@ static const char usage[] =
     "                     size and direction, as a frame loop calls it (--conditions uses 5000)\n"
     "  --pace-copy C      with --paced: yes (default) or no, the sleep alone: which of the two a\n"
     "                     paced call's time follows\n"
+    "  --pace-wait W      with --paced: sleep (default) or spin, the calling thread busy-waits the\n"
+    "                     gap on the clock and never gives its CPU up\n"
+    "  --pace-touch T     with --paced: no (default) or yes, after the gap the calling thread reads\n"
+    "                     the call's host memory once, as a frame loop's own work would have just\n"
+    "                     written an upload's source\n"
     "  --load KIND        with the path table: cpu (arithmetic on all CPUs but 4) or memory (4\n"
     "                     threads streaming memcpy) in this process while it measures\n"
     "  --trace FILE       no benchmark: summarize the timeline a run with PINSTAGE_TRACE=FILE wrote\n"
@@ -200,7 +205,7 @@ enum {
     OPT_SIZES = 256, OPT_SWEEP, OPT_DIRECTION, OPT_PATHS, OPT_ENGINE, OPT_PROFILE, OPT_CALIBRATE, OPT_THOROUGH,
     OPT_PIPELINE, OPT_FILL, OPT_FRAMES, OPT_RING_SLOTS, OPT_CONDITIONS, OPT_PROCESSES, OPT_CONDITIONS_CHILD,
     OPT_TRACE, OPT_SOAK, OPT_SOAK_THREADS, OPT_POOL_THREADS, OPT_POOL_SPIN, OPT_SCHED, OPT_HOST_ALLOC, OPT_REPS, OPT_WARMUP,
-    OPT_BUDGET, OPT_DEVICE, OPT_FORMAT, OPT_JSON, OPT_EMULATE, OPT_DRIVER, OPT_QUIET, OPT_LOAD, OPT_COLD, OPT_PACED, OPT_PACE_COPY,
+    OPT_BUDGET, OPT_DEVICE, OPT_FORMAT, OPT_JSON, OPT_EMULATE, OPT_DRIVER, OPT_QUIET, OPT_LOAD, OPT_COLD, OPT_PACED, OPT_PACE_COPY, OPT_PACE_WAIT, OPT_PACE_TOUCH,
     OPT_DEVICES
 };
 
@@ -241,6 +246,8 @@ static const struct option options[] = {
     {"cold", no_argument, NULL, OPT_COLD},
     {"paced", required_argument, NULL, OPT_PACED},
     {"pace-copy", required_argument, NULL, OPT_PACE_COPY},
+    {"pace-wait", required_argument, NULL, OPT_PACE_WAIT},
+    {"pace-touch", required_argument, NULL, OPT_PACE_TOUCH},
     {"devices", required_argument, NULL, OPT_DEVICES},
     {NULL, 0, NULL, 0},
 };
@@ -308,13 +315,15 @@ static void next_host(void *arg) {
  * loop's transfers (the same as --conditions' paced rows, for any path). */
 typedef struct {
     bench_pace pace;
-    cold_hosts *cold; /* also --cold: the next host buffer, else NULL */
+    cold_hosts *cold;  /* also --cold: the next host buffer, else NULL */
+    bench_cell *touch; /* --pace-touch: the cell whose host memory is read, else NULL */
 } paced_calls;
 
 static void pace(void *arg) {
     paced_calls *p = arg;
     bench_pace_call(&p->pace);
     if (p->cold) next_host(p->cold);
+    if (p->touch) bench_touch(p->touch->host, p->touch->bytes);
 }
 
 static int table_mode(const bench_size *sizes, size_t nsizes, int directions, const bench_path **paths,
@@ -365,7 +374,8 @@ static int table_mode(const bench_size *sizes, size_t nsizes, int directions, co
                 options.before_call = next_host;
                 options.before_arg = &ch;
             }
-            paced_calls pc = {{paced_us, cell.direction, NULL, NULL}, cold ? &ch : NULL};
+            paced_calls pc = {{paced_us, cell.direction, NULL, NULL, ctx->pace_spin}, cold ? &ch : NULL,
+                              ctx->pace_touch ? &cell : NULL};
             if (paced_us > 0 && ctx->pace_copy) {
                 if (!(pc.pace.other_host = bench_host_memory(cell.bytes)))
                     rc = bench_fail("out of host memory");
@@ -418,6 +428,7 @@ int main(int argc, char **argv) {
     int thorough = 0, sched = -1, pipeline = 0, conditions = 0, load_kind = BENCH_LOAD_NONE, cold = 0;
     double paced_us = 0;
     int pace_copy = -1; /* -1: not given (yes) */
+    int pace_spin = -1, pace_touch = -1; /* -1: not given (sleep, no) */
     int budget_given = 0;
     const char *devices_arg = NULL;
     long child = -1;
@@ -440,6 +451,7 @@ int main(int argc, char **argv) {
     static const char *const format_names[] = {"text", "csv", "json"};
     static const char *const load_names[] = {"none", "cpu", "memory"};
     static const char *const no_yes[] = {"no", "yes"};
+    static const char *const sleep_spin[] = {"sleep", "spin"};
     int c;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "ho:", options, NULL)) != -1) {
@@ -601,6 +613,12 @@ int main(int argc, char **argv) {
         case OPT_PACE_COPY:
             if ((pace_copy = pick(v, no_yes, 2)) < 0) return bench_fail("--pace-copy takes yes or no");
             break;
+        case OPT_PACE_WAIT:
+            if ((pace_spin = pick(v, sleep_spin, 2)) < 0) return bench_fail("--pace-wait takes sleep or spin");
+            break;
+        case OPT_PACE_TOUCH:
+            if ((pace_touch = pick(v, no_yes, 2)) < 0) return bench_fail("--pace-touch takes yes or no");
+            break;
         case OPT_DEVICES:
             devices_arg = v;
             break;
@@ -625,7 +643,8 @@ int main(int argc, char **argv) {
     if (sweep_given && !conditions)
         for (size_t b = sweep_lo; b <= sweep_hi && nsizes < 64; b *= 2) sizes[nsizes++] = (bench_size){b, ""};
 
-    if (pace_copy >= 0 && !(paced_us > 0)) return bench_fail("--pace-copy goes with --paced");
+    if ((pace_copy >= 0 || pace_spin >= 0 || pace_touch >= 0) && !(paced_us > 0))
+        return bench_fail("--pace-copy, --pace-wait and --pace-touch go with --paced");
 
     const bench_path *paths[BENCH_MAX_PATHS];
     size_t npaths = 0;
@@ -712,6 +731,8 @@ int main(int argc, char **argv) {
     ctx.pool_workers = (int)pool.workers;
     ctx.paced_us = paced_us;
     ctx.pace_copy = pace_copy != 0;
+    ctx.pace_spin = pace_spin > 0;
+    ctx.pace_touch = pace_touch > 0;
     describe_machine(&ctx, device);
 
     int rc;

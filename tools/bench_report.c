@@ -53,11 +53,10 @@ static void text_method(FILE *out, const bench_context *c) {
                  "#   wall clock around each whole synchronous call; each path in blocks of consecutive calls,\n"
                  "#   the blocks of all paths alternating in 3 passes\n",
             c->reps, c->time_budget_s, c->warmup);
-    if (c->paced_us > 0 && c->pace_copy)
-        fprintf(out, "# paced: each call after %.0f us of sleep and the driver's pageable copy of other memory\n",
-                c->paced_us);
-    else if (c->paced_us > 0)
-        fprintf(out, "# paced: each call after %.0f us of sleep, no other copy\n", c->paced_us);
+    if (c->paced_us > 0)
+        fprintf(out, "# paced: each call after %.0f us of %s%s%s\n", c->paced_us, c->pace_spin ? "busy-waiting" : "sleep",
+                c->pace_copy ? " and the driver's pageable copy of other memory" : ", no other copy",
+                c->pace_touch ? ", then its host memory read once" : "");
     fprintf(out, "# ratio: pageable median / path median (above 1 = faster than the driver's pageable path)\n");
     fprintf(out, "# GB/s: 1e9 bytes per second at the median\n");
 }
@@ -165,7 +164,9 @@ void bench_json_context(FILE *out, const bench_context *c, const char *method) {
     fprintf(out, ",\n    \"engine\": ");
     json_string(out, c->engine);
     fprintf(out, ",\n    \"pool_workers\": %d,\n    \"paced_us\": %.1f", c->pool_workers, c->paced_us);
-    if (c->paced_us > 0) fprintf(out, ",\n    \"pace_copy\": %s", c->pace_copy ? "true" : "false");
+    if (c->paced_us > 0)
+        fprintf(out, ",\n    \"pace_copy\": %s,\n    \"pace_wait\": \"%s\",\n    \"pace_touch\": %s",
+                c->pace_copy ? "true" : "false", c->pace_spin ? "spin" : "sleep", c->pace_touch ? "true" : "false");
     fprintf(out, "\n  }");
 }
 

@@ -32,9 +32,24 @@ void bench_sleep_us(double us) {
     nanosleep(&ts, NULL);
 }
 
+void bench_spin_us(double us) {
+    double until = bench_now_us() + us;
+    while (bench_now_us() < until) {
+    }
+}
+
+void bench_touch(const unsigned char *p, size_t bytes) {
+    unsigned char x = 0;
+    for (size_t i = 0; i < bytes; i += 64) x ^= ((const volatile unsigned char *)p)[i];
+    (void)x;
+}
+
 void bench_pace_call(void *pace) {
     bench_pace *p = pace;
-    bench_sleep_us(p->idle_us);
+    if (p->spin)
+        bench_spin_us(p->idle_us);
+    else
+        bench_sleep_us(p->idle_us);
     if (!p->other_device) return; /* --pace-copy no */
     size_t bytes = pinstage_devbuf_bytes(p->other_device);
     if (p->dir == BENCH_H2D)
