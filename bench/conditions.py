@@ -56,6 +56,16 @@ def per_process(doc, condition, direction, size, a, b):
     return {p: (left[p], right[p]) for p in sorted(left) if p in right}
 
 
+def near(x, limit):
+    """x to two decimals, or three where two would read as the limit itself (0.8496 against >= 0.85
+    would print 0.85 beside "no")."""
+    for digits in (2, 3, 4):
+        text = f"{x:.{digits}f}"
+        if x == limit or float(text) != limit:
+            return text
+    return text
+
+
 def targets(cond, peers=None):
     """[(target, wanted, measured text, met)], every figure from one process's paths."""
     out = []
@@ -74,17 +84,17 @@ def targets(cond, peers=None):
         if pairs:
             frac = [f["median_us"] / a["median_us"] for a, f in pairs.values()]
             add(f"fresh processes ({procs}), {d.upper()} 64 MiB: median process, share of the pinned floor",
-                ">= 0.80", f"{statistics.median(frac):.2f} (min {min(frac):.2f}, max {max(frac):.2f})",
+                ">= 0.80", f"{near(statistics.median(frac), 0.80)} (min {min(frac):.2f}, max {max(frac):.2f})",
                 statistics.median(frac) >= 0.80)
             bound = [a["bound_us"] / a["median_us"] for a, _ in pairs.values() if a.get("bound_us")]
             if bound:
                 add(f"fresh processes, {d.upper()} 64 MiB: every process, share of its own bound min(link, 2M/3)",
-                    ">= 0.85", f"min {min(bound):.2f} (median {statistics.median(bound):.2f})", min(bound) >= 0.85)
+                    ">= 0.85", f"min {near(min(bound), 0.85)} (median {statistics.median(bound):.2f})", min(bound) >= 0.85)
         pairs = per_process(cond, "fresh-process", d, FRAME, "auto", "pageable")
         if pairs:
             r = [p["median_us"] / a["median_us"] for a, p in pairs.values()]
             add(f"fresh processes, {d.upper()} 4.7 MiB: worst process against pageable", ">= 1.9x",
-                f"{min(r):.2f}x (median {statistics.median(r):.2f}x)", min(r) >= 1.9)
+                f"{near(min(r), 1.9)}x (median {statistics.median(r):.2f}x)", min(r) >= 1.9)
     if peers:
         for d in ("h2d", "d2h"):
             for size, want in ((FRAME, 1.3), (LARGE, 1.2)):
@@ -94,7 +104,7 @@ def targets(cond, peers=None):
                     worst = min(pairs.values(), key=lambda pt: pt[1]["median_us"] / pt[0]["median_us"])[0]
                     add(f"fresh processes ({len(r)}), {d.upper()} {human(size)}: PyTorch's pinned copy-"
                         f"{'in' if d == 'h2d' else 'out'} time / pinstage's, worst process", f">= {want}x",
-                        f"{min(r):.2f}x (all: {', '.join(f'{x:.2f}' for x in r)}){route(worst)}", min(r) >= want)
+                        f"{near(min(r), want)}x (all: {', '.join(f'{x:.2f}' for x in r)}){route(worst)}", min(r) >= want)
     for d in ("h2d", "d2h"):
         cells = []
         for a in rows(cond, "cpu-load", d, path="auto"):
@@ -106,22 +116,22 @@ def targets(cond, peers=None):
             below = [human(b) for r, b in sorted(cells, key=lambda c: c[1]) if r < 0.97]
             add(f"CPU load (all CPUs but 4 busy), {d.upper()}, worst size of {human(min(b for _, b in cells))}-"
                 f"{human(max(b for _, b in cells))} against pageable", ">= 0.97x",
-                f"{worst[0]:.2f}x ({human(worst[1])}); below: {', '.join(below) or 'none'}", worst[0] >= 0.97)
+                f"{near(worst[0], 0.97)}x ({human(worst[1])}); below: {', '.join(below) or 'none'}", worst[0] >= 0.97)
             frame = [r for r, b in cells if b == FRAME]
             if frame:
                 add(f"CPU load, {d.upper()} 4.7 MiB against pageable", ">= 1.5x",
-                    f"{frame[0]:.2f}x{route(one(cond, 'cpu-load', d, FRAME, 'auto'))}", frame[0] >= 1.5)
+                    f"{near(frame[0], 1.5)}x{route(one(cond, 'cpu-load', d, FRAME, 'auto'))}", frame[0] >= 1.5)
         for size in (FRAME, LARGE):
             a, p = one(cond, "mem-load", d, size, "auto"), one(cond, "mem-load", d, size, "pageable")
             if a and p:
                 r = p["median_us"] / a["median_us"]
                 add(f"memory load (4 threads streaming memcpy), {d.upper()} {human(size)} against pageable", ">= 2x",
-                    f"{r:.2f}x{route(a)}", r >= 2)
+                    f"{near(r, 2)}x{route(a)}", r >= 2)
             a, w = one(cond, "paced", d, size, "auto"), one(cond, "warm", d, size, "auto")
             if a and w:
                 r = a["median_us"] / w["median_us"]
                 add(f"paced (5 ms idle and another copy before each call), {d.upper()} {human(size)}: time / warm time",
-                    "<= 1.10", f"{r:.2f} ({a['median_us']:.1f} vs {w['median_us']:.1f} µs{route(a)})", r <= 1.10)
+                    "<= 1.10", f"{near(r, 1.10)} ({a['median_us']:.1f} vs {w['median_us']:.1f} µs{route(a)})", r <= 1.10)
         for threads in (4, 8):
             for size in (FRAME, LARGE):
                 c = one(cond, "concurrent", d, size, "auto", threads=threads)
@@ -130,21 +140,21 @@ def targets(cond, peers=None):
                     fair = c["min_thread_gbps"] / c["mean_thread_gbps"] if c["mean_thread_gbps"] else 0
                     add(f"concurrent, {threads} threads, {d.upper()} {human(size)}: aggregate / bound; slowest thread "
                         f"/ mean", ">= 0.85; >= 0.5",
-                        f"{share:.2f} ({c['aggregate_gbps']:.1f} of {c['bound_gbps']:.1f} GB/s); {fair:.2f}{route(c)}",
+                        f"{near(share, 0.85)} ({c['aggregate_gbps']:.1f} of {c['bound_gbps']:.1f} GB/s); {fair:.2f}{route(c)}",
                         share >= 0.85 and fair >= 0.5)
         for size in (FRAME, LARGE):
             a, p = one(cond, "warm", d, size, "auto"), one(cond, "warm", d, size, "pageable")
             if a and p and p["cpu_us_per_gb"]:
                 r = a["cpu_us_per_gb"] / p["cpu_us_per_gb"]
                 add(f"CPU time per GB, one thread, {d.upper()} {human(size)}: auto / pageable", "<= 2x",
-                    f"{r:.2f}x ({a['cpu_us_per_gb'] / 1e3:.0f} vs {p['cpu_us_per_gb'] / 1e3:.0f} ms/GB)", r <= 2)
+                    f"{near(r, 2)}x ({a['cpu_us_per_gb'] / 1e3:.0f} vs {p['cpu_us_per_gb'] / 1e3:.0f} ms/GB)", r <= 2)
             for threads in (2, 4, 8):
                 a = one(cond, "concurrent", d, size, "auto", threads=threads)
                 p = one(cond, "concurrent", d, size, "pageable", threads=threads)
                 if a and p and p["cpu_us_per_gb"]:
                     r = a["cpu_us_per_gb"] / p["cpu_us_per_gb"]
                     add(f"CPU time per GB, {threads} threads, {d.upper()} {human(size)}: auto / pageable", "<= 2x",
-                        f"{r:.2f}x", r <= 2)
+                        f"{near(r, 2)}x", r <= 2)
     idle = cond.get("idle", {})
     if idle and "pinstage_cpu_us" in idle:
         # pinstage-bench names every thread's share: pinstage's workers are what the library owns;

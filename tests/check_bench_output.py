@@ -100,6 +100,16 @@ def check_peers_routes():
     del cond["idle"]["pinstage_cpu_us"]
     ts = [t for t in conditions.targets(cond, None) if "idle" in t[0]]
     check(len(ts) == 1 and ts[0][2] == "0.90 ms in 1 s" and ts[0][3], f"conditions.py: older JSON, the process: {ts}")
+    # A figure that misses its limit never prints as the limit itself.
+    check(conditions.near(0.8496, 0.85) == "0.8496" and conditions.near(0.851, 0.85) == "0.851"
+          and conditions.near(0.85, 0.85) == "0.85" and conditions.near(0.9, 0.85) == "0.90",
+          "conditions.py: near() adds digits only where two would read as the limit")
+    warm_paced = {"context": context, "results": [
+        {"condition": c, "direction": "d2h", "bytes": conditions.LARGE, "path": "auto", "median_us": us}
+        for c, us in (("warm", 1000.0), ("paced", 1103.0))]}
+    ts = [t for t in conditions.targets(warm_paced, None) if t[0].startswith("paced")]
+    check(len(ts) == 1 and ts[0][2].startswith("1.103 (") and not ts[0][3],
+          f"conditions.py: a paced time 1.103x warm reads as a miss: {ts}")
     # Paced rows: the CPU in the gap before each call beside the calls' own, where measured.
     def paced(path, cpu, gap=None):
         r = {"condition": "paced", "direction": "h2d", "bytes": frame, "path": path, "median_us": 100.0,
