@@ -5,23 +5,40 @@
  *  - `slots[i]` hold the posted jobs. A poster takes a free slot by a CAS of
  *    `owned` from 0 to 1 and gives it back with a release store of 0 once
  *    every claimed block is finished, so only one job lives in a slot.
- *  - `state` (atomic): generation | final | next | limit. The owner
- *    publishes a job by writing `fn`, `arg`, `max_seats` and `done`
- *    (relaxed), then `seats` (release), then `state` with a new generation
- *    (seq_cst). A block is claimed by a CAS that increments `next` while
- *    next < limit and the generation is the one the claimer saw, so every
- *    block runs exactly once and a thread that slept through a job's end
- *    can never claim a block of the slot's next job. Only the owner raises
- *    `limit` (ps_job_open) or lowers it to `next` (ps_job_cancel).
+ *  - `state` (atomic): generation | final | cancelled | lanes | limit. The
+ *    owner publishes a job by writing `fn`, `arg`, `max_seats`,
+ *    `open_seating` and each lane's `done` (relaxed), then each lane's
+ *    `cursor` and `seats` (release), then `state` with a new generation
+ *    (seq_cst). Only the owner changes `state` after that: it raises
+ *    `limit` (ps_job_open), sets `cancelled` (ps_job_cancel) and, once every
+ *    block is done, sets limit to 0 (ps_job_finish).
+ *  - `lanes[l].cursor` (atomic): generation | blocks of lane l claimed.
+ *    Block b belongs to lane b % lanes. A block is claimed by a CAS that
+ *    increments the cursor while the block it names is below `limit` and
+ *    the generation is the one the claimer read in `state`, so every block
+ *    runs exactly once and a thread that slept through a job's end can
+ *    never claim a block of the slot's next job (whose cursors carry the
+ *    new generation). A thread claims from its home lane (the poster lane
+ *    0, a worker the lane of its seat) and from other lanes only when its
+ *    own has no open block: a job's threads start without queueing for one
+ *    line (shared seat and claim words, 14 workers taking turns on them,
+ *    cost the 147 KiB transfers 1.4-2.9 us more than lanes on H100 and
+ *    H200 machines; docs/findings.md).
  *  - `fn`, `arg` are read by a claimer after its successful claim (acquire):
  *    the job cannot end before that block is done, so they are its job's.
- *  - `done` (atomic): blocks finished, incremented with release after each
- *    block; the owner reads it with acquire, so every block's writes are
- *    visible when ps_job_finish returns. The owner resets it before
- *    publishing; no claimer of an earlier job can still add to it.
+ *  - `lanes[l].done` (atomic): blocks finished by threads whose home lane
+ *    is l, incremented with release after each block; the owner sums them
+ *    with acquire, so every block's writes are visible when ps_job_finish
+ *    returns. The owner resets them before publishing; no claimer of an
+ *    earlier job can still add to them (ps_job_finish waits until the sum
+ *    is `limit`, and then no open block is left unclaimed).
+ *  - `cancelled`: blocks claimed after a claimer saw it are counted done
+ *    without running, so ps_job_finish never waits for work no one needs.
  *  - `seats` (atomic): generation | workers seated. A worker claims blocks
  *    of a job only after a CAS that seats it (below `max_seats`), so a job
- *    has at most max_seats workers besides its poster.
+ *    has at most max_seats workers besides its poster; where the job may
+ *    have every worker (`open_seating`) none takes a seat, and a worker's
+ *    home lane follows its number.
  *  - `callers`, `posted`, `awake`, `parked`, `sleepers` (atomics): counts.
  *    `callers`: threads inside a job (posted or not), `posted`: of those,
  *    the ones that hold or are taking a slot; `awake`: workers not parked.
@@ -101,11 +118,16 @@
 #define GEN_MASK 0x7fffffffu
 #define GEN(s) ((uint32_t)((s) >> 33) & GEN_MASK)
 #define FINAL(s) ((unsigned)((s) >> 32) & 1u)
-#define NEXT(s) ((unsigned)((s) >> 16) & 0xffffu)
+#define CANCELLED(s) ((unsigned)((s) >> 31) & 1u)
+#define LANES(s) ((unsigned)((s) >> 16) & 0x7fffu)
 #define LIMIT(s) ((unsigned)(s)&0xffffu)
-#define PACK(gen, final, next, limit)                                                                \
-    (((uint64_t)((gen)&GEN_MASK) << 33) | ((uint64_t)((final) != 0) << 32) | ((uint64_t)(next) << 16) | \
-     (uint64_t)(limit))
+#define PACK(gen, final, cancelled, lanes, limit)                                                        \
+    (((uint64_t)((gen)&GEN_MASK) << 33) | ((uint64_t)((final) != 0) << 32) | ((uint64_t)((cancelled) != 0) << 31) | \
+     ((uint64_t)(lanes) << 16) | (uint64_t)(limit))
+/* A lane's cursor. */
+#define CURSOR_GEN(c) ((uint32_t)((c) >> 32) & GEN_MASK)
+#define CURSOR_TAKEN(c) ((uint32_t)(c))
+#define CURSOR_PACK(gen, taken) (((uint64_t)((gen)&GEN_MASK) << 32) | (uint64_t)(taken))
 #define SEATS_GEN(w) ((uint32_t)((w) >> 32) & GEN_MASK)
 #define SEATS_PACK(gen, n) (((uint64_t)((gen)&GEN_MASK) << 32) | (uint64_t)(n))
 
@@ -218,47 +240,85 @@ static uint64_t now_ns(void) {
 
 /* ---- Claiming ------------------------------------------------------------------- */
 
-/* Claims the next open block of job `gen` in `s`. */
-static int claim(ps_job_slot *s, uint32_t gen, unsigned *block) {
-    uint64_t v = atomic_load_explicit(&s->state, memory_order_acquire);
-    for (;;) {
-        if (GEN(v) != gen || NEXT(v) >= LIMIT(v)) return 0;
-        if (atomic_compare_exchange_weak_explicit(&s->state, &v, v + ((uint64_t)1 << 16), memory_order_acq_rel,
-                                                  memory_order_acquire)) {
-            *block = NEXT(v);
-            return 1;
-        }
-    }
+/* Lane l's next block if it is open in `v`: 1 and *block, else 0. */
+static int lane_next(const ps_job_slot *s, uint64_t v, unsigned l, uint64_t *cursor, unsigned *block) {
+    uint64_t c = atomic_load_explicit(&s->lanes[l].cursor, memory_order_acquire);
+    unsigned b = l + CURSOR_TAKEN(c) * LANES(v);
+    *cursor = c;
+    *block = b;
+    return CURSOR_GEN(c) == GEN(v) && b < LIMIT(v);
 }
 
-static void run_block(ps_job_slot *s, unsigned block) {
-    ps_block_fn fn = atomic_load_explicit(&s->fn, memory_order_relaxed);
-    fn(atomic_load_explicit(&s->arg, memory_order_relaxed), block);
-    atomic_fetch_add_explicit(&s->done, 1, memory_order_release);
+/* Claims an open block of job `gen` in `s`: from lane `home` first, then
+ * from the lanes after it. */
+static int claim(ps_job_slot *s, uint32_t gen, unsigned home, unsigned *block) {
+    uint64_t v = atomic_load_explicit(&s->state, memory_order_acquire);
+    unsigned lanes = LANES(v);
+    if (GEN(v) != gen || !lanes) return 0;
+    for (unsigned d = 0; d < lanes; d++) {
+        unsigned l = (home + d) % lanes;
+        uint64_t c;
+        while (lane_next(s, v, l, &c, block))
+            if (atomic_compare_exchange_weak_explicit(&s->lanes[l].cursor, &c, c + 1, memory_order_acq_rel,
+                                                      memory_order_acquire))
+                return 1;
+    }
+    return 0;
+}
+
+/* Whether job `v` in `s` has a block open and unclaimed. */
+static int blocks_open(const ps_job_slot *s, uint64_t v) {
+    unsigned lanes = LANES(v), b;
+    uint64_t c;
+    if (!LIMIT(v)) return 0;
+    for (unsigned l = 0; l < lanes; l++)
+        if (lane_next(s, v, l, &c, &b)) return 1;
+    return 0;
+}
+
+/* Runs a claimed block (unless the job was cancelled) and counts it done
+ * in the lane of the thread that ran it. */
+static void run_block(ps_job_slot *s, unsigned home, unsigned block) {
+    if (!CANCELLED(atomic_load_explicit(&s->state, memory_order_acquire))) {
+        ps_block_fn fn = atomic_load_explicit(&s->fn, memory_order_relaxed);
+        fn(atomic_load_explicit(&s->arg, memory_order_relaxed), block);
+    }
+    atomic_fetch_add_explicit(&s->lanes[home].done, 1, memory_order_release);
 }
 
 /* Runs open blocks of job `gen` until none is left open: how many ran. */
-static unsigned serve(ps_job_slot *s, uint32_t gen) {
+static unsigned serve(ps_job_slot *s, uint32_t gen, unsigned home) {
     unsigned block, ran = 0;
-    while (claim(s, gen, &block)) {
-        run_block(s, block);
+    while (claim(s, gen, home, &block)) {
+        run_block(s, home, block);
         ran++;
     }
     return ran;
 }
 
-static int take_seat(ps_job_slot *s, uint32_t gen) {
+/* Seats a worker in job `v` of `s`: 1 and its home lane, or 0 when the
+ * job's seats are taken. */
+static int take_seat(ps_job_slot *s, uint64_t v, unsigned index, unsigned *home) {
+    uint32_t gen = GEN(v);
+    unsigned helpers = LANES(v) > 1 ? LANES(v) - 1 : 1;
+    if (atomic_load_explicit(&s->open_seating, memory_order_relaxed)) {
+        *home = 1 + index % helpers;
+        return 1;
+    }
     uint64_t w = atomic_load_explicit(&s->seats, memory_order_acquire);
     for (;;) {
         if (SEATS_GEN(w) != gen || (uint32_t)w >= atomic_load_explicit(&s->max_seats, memory_order_relaxed)) return 0;
-        if (atomic_compare_exchange_weak_explicit(&s->seats, &w, w + 1, memory_order_acq_rel, memory_order_acquire))
+        if (atomic_compare_exchange_weak_explicit(&s->seats, &w, w + 1, memory_order_acq_rel, memory_order_acquire)) {
+            *home = 1 + (uint32_t)w % helpers;
             return 1;
+        }
     }
 }
 
 /* A job a worker could take part in now: open blocks and a free seat. */
 static int seat_open(ps_job_slot *s, uint64_t v) {
-    if (NEXT(v) >= LIMIT(v)) return 0;
+    if (!blocks_open(s, v)) return 0;
+    if (atomic_load_explicit(&s->open_seating, memory_order_relaxed)) return 1;
     uint64_t w = atomic_load_explicit(&s->seats, memory_order_acquire);
     return SEATS_GEN(w) == GEN(v) && (uint32_t)w < atomic_load_explicit(&s->max_seats, memory_order_relaxed);
 }
@@ -441,7 +501,9 @@ static void *worker_main(void *arg) {
     prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
 #endif
     uint32_t seated[MAX_JOBS]; /* the generation seated in per slot; 0: none (generations start at 1) */
+    unsigned home[MAX_JOBS];   /* the lane claimed from first, where seated */
     memset(seated, 0, sizeof seated);
+    memset(home, 0, sizeof home);
     uint64_t idle_since = now_ns();
     /* How long to spin before parking: spin_ns after running blocks (the
      * next job of a loop of transfers is near), only WOKEN_SPIN_NS after a
@@ -458,13 +520,13 @@ static void *worker_main(void *arg) {
             ps_job_slot *s = &p->slots[i];
             uint64_t v = atomic_load_explicit(&s->state, memory_order_acquire);
             uint32_t gen = GEN(v);
-            if (NEXT(v) < LIMIT(v) && (seated[i] == gen || take_seat(s, gen))) {
+            if (LIMIT(v) && (seated[i] == gen || (blocks_open(s, v) && take_seat(s, v, a->index, &home[i])))) {
                 seated[i] = gen;
-                ran += serve(s, gen);
+                ran += serve(s, gen, home[i]);
                 v = atomic_load_explicit(&s->state, memory_order_acquire);
             }
             /* Seated in a job that may still open blocks: stay awake for it. */
-            if (seated[i] && seated[i] == GEN(v) && !(FINAL(v) && NEXT(v) >= LIMIT(v))) live = 1;
+            if (seated[i] && seated[i] == GEN(v) && LIMIT(v) && !(FINAL(v) && !blocks_open(s, v))) live = 1;
         }
         if (ran) {
             idle_since = now_ns();
@@ -663,6 +725,9 @@ void ps_job_enter(ps_pool *p, ps_job *job, unsigned helpers) {
     job->seats = seats_for(p, helpers);
 }
 
+/* The lanes of a job with `seats` workers: one per thread. */
+static unsigned lanes_for(unsigned seats) { return seats + 1 < PS_JOB_LANES ? seats + 1 : PS_JOB_LANES; }
+
 void ps_job_post(ps_job *job, size_t count, size_t limit, ps_block_fn fn, void *arg) {
     ps_pool *p = job->pool;
     if (count > PS_JOB_MAX_BLOCKS) count = PS_JOB_MAX_BLOCKS;
@@ -679,14 +744,19 @@ void ps_job_post(ps_job *job, size_t count, size_t limit, ps_block_fn fn, void *
     last_blocks = count;
     last_woken = 0;
     ps_job_slot *s = job->slot;
+    unsigned lanes = lanes_for(job->seats);
     uint32_t gen = (GEN(atomic_load_explicit(&s->state, memory_order_relaxed)) + 1) & GEN_MASK;
     if (!gen) gen = 1; /* 0 means "not seated" to the workers */
     atomic_store_explicit(&s->fn, fn, memory_order_relaxed);
     atomic_store_explicit(&s->arg, arg, memory_order_relaxed);
     atomic_store_explicit(&s->max_seats, job->seats, memory_order_relaxed);
-    atomic_store_explicit(&s->done, 0, memory_order_relaxed);
+    atomic_store_explicit(&s->open_seating, job->seats && job->seats >= ps_pool_workers(p), memory_order_relaxed);
+    for (unsigned l = 0; l < lanes; l++) {
+        atomic_store_explicit(&s->lanes[l].done, 0, memory_order_relaxed);
+        atomic_store_explicit(&s->lanes[l].cursor, CURSOR_PACK(gen, 0), memory_order_release);
+    }
     atomic_store_explicit(&s->seats, SEATS_PACK(gen, 0), memory_order_release);
-    atomic_store_explicit(&s->state, PACK(gen, limit == count, 0, limit), memory_order_seq_cst);
+    atomic_store_explicit(&s->state, PACK(gen, limit == count, 0, lanes, limit), memory_order_seq_cst);
     if (s == &job->local) return;
     note_job(p, now_ns());
     if (limit) last_woken = wake(p, job->seats, 0);
@@ -704,9 +774,10 @@ void ps_job_open(ps_job *job, size_t limit) {
     uint64_t v = atomic_load_explicit(&s->state, memory_order_relaxed), to;
     do {
         if (LIMIT(v) >= limit || FINAL(v)) return;
-        to = PACK(GEN(v), limit == job->count, NEXT(v), limit);
+        to = PACK(GEN(v), limit == job->count, 0, LANES(v), limit);
     } while (!atomic_compare_exchange_weak_explicit(&s->state, &v, to, memory_order_seq_cst, memory_order_relaxed));
-    /* Seated workers are spinning for it; parked ones wake if seats are free. */
+    /* Seated workers are spinning for it; parked ones wake if seats are free
+     * (where none is taken, every worker the job may have). */
     if (s != &job->local) {
         uint64_t w = atomic_load_explicit(&s->seats, memory_order_relaxed);
         if ((uint32_t)w < job->seats) last_woken += wake(job->pool, job->seats - (uint32_t)w, (uint32_t)w);
@@ -716,18 +787,27 @@ void ps_job_open(ps_job *job, size_t limit) {
 int ps_job_help(ps_job *job) {
     unsigned block;
     ps_job_slot *s = job->slot;
-    if (!claim(s, GEN(atomic_load_explicit(&s->state, memory_order_relaxed)), &block)) return 0;
-    run_block(s, block);
+    if (!claim(s, GEN(atomic_load_explicit(&s->state, memory_order_relaxed)), 0, &block)) return 0;
+    run_block(s, 0, block);
     return 1;
 }
 
-size_t ps_job_done(ps_job *job) { return atomic_load_explicit(&job->slot->done, memory_order_acquire); }
+static size_t done_in(ps_job_slot *s, unsigned lanes) {
+    size_t done = 0;
+    for (unsigned l = 0; l < lanes; l++) done += atomic_load_explicit(&s->lanes[l].done, memory_order_acquire);
+    return done;
+}
+
+size_t ps_job_done(ps_job *job) {
+    ps_job_slot *s = job->slot;
+    return done_in(s, LANES(atomic_load_explicit(&s->state, memory_order_relaxed)));
+}
 
 void ps_job_cancel(ps_job *job) {
     ps_job_slot *s = job->slot;
     uint64_t v = atomic_load_explicit(&s->state, memory_order_relaxed), to;
     do {
-        to = PACK(GEN(v), 1, NEXT(v), NEXT(v));
+        to = PACK(GEN(v), 1, 1, LANES(v), LIMIT(v));
     } while (!atomic_compare_exchange_weak_explicit(&s->state, &v, to, memory_order_seq_cst, memory_order_relaxed));
 }
 
@@ -737,16 +817,19 @@ void ps_job_finish(ps_job *job) {
     ps_job_open(job, job->count);
     while (ps_job_help(job)) {
     }
-    /* Nothing is open now; wait for the blocks other threads are running.
+    /* Every open block is claimed now (after a cancel, the rest were
+     * counted without running); wait for those other threads are running.
      * A worker that lost its CPU mid-block gets it back sooner if this
      * thread yields now and then. */
-    unsigned claimed = NEXT(atomic_load_explicit(&s->state, memory_order_acquire));
-    for (unsigned spins = 0; atomic_load_explicit(&s->done, memory_order_acquire) < claimed; spins++) {
+    uint64_t v = atomic_load_explicit(&s->state, memory_order_relaxed);
+    for (unsigned spins = 0; done_in(s, LANES(v)) < LIMIT(v); spins++) {
         if (spins % 4096 == 4095)
             sched_yield();
         else
             cpu_relax();
     }
+    /* Finished: no worker counts itself live in it any more. */
+    atomic_store_explicit(&s->state, PACK(GEN(v), 1, 0, LANES(v), 0), memory_order_seq_cst);
     if (s != &job->local) {
         atomic_store_explicit(&s->owned, 0, memory_order_release);
         atomic_fetch_sub_explicit(&p->posted, 1, memory_order_seq_cst);
@@ -888,7 +971,7 @@ static void reset_in_child(ps_pool *p, void *arg) {
     for (unsigned i = 0; i < MAX_JOBS; i++) {
         ps_job_slot *s = &p->slots[i];
         uint64_t v = atomic_load(&s->state);
-        atomic_store(&s->state, PACK(GEN(v), 1, 0, 0));
+        atomic_store(&s->state, PACK(GEN(v), 1, 0, 0, 0));
         atomic_store(&s->owned, 0);
     }
     atomic_store(&p->started, 0);

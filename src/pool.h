@@ -4,11 +4,15 @@
  *
  * A job is `count` blocks, fn(arg, i) for each. Blocks are claimed one at a
  * time by whichever thread is running: the poster (it helps while it waits)
- * and any worker that holds one of the job's seats. So a descheduled thread
- * holds at most the one block it is copying, never a fixed share of the
- * job. A job may open its blocks gradually (`limit`): the copy engine opens
- * a chunk's blocks once the slot they go into is free, and workers keep
- * claiming across chunks without a barrier between them.
+ * and any worker that holds one of the job's seats. The blocks are dealt
+ * to lanes, one per thread, and each thread claims from its own lane first,
+ * so threads that all start at once do not queue for one cache line; a
+ * thread whose lane is empty takes blocks from the others'. So a
+ * descheduled thread holds at most the one block it is copying, never a
+ * fixed share of the job. A job may open its blocks gradually (`limit`):
+ * the copy engine opens a chunk's blocks once the slot they go into is
+ * free, and workers keep claiming across chunks without a barrier between
+ * them.
  *
  * Several jobs may be posted at once (transfers on different threads): the
  * workers spread over them. How many workers a job may have (its seats) is
@@ -34,17 +38,30 @@ typedef void (*ps_block_fn)(void *arg, size_t block);
 /* Most blocks one job may have. */
 #define PS_JOB_MAX_BLOCKS 65535u
 
+/* Lanes a job's blocks are dealt to: block b is lane b % lanes's. */
+#define PS_JOB_LANES 32u
+
+/* One lane: the next of its blocks to claim, and the blocks its home thread
+ * (and thieves, when it had none left) finished. A line of its own, so
+ * threads claiming from their own lanes share no line that they write. */
+typedef struct ps_job_lane {
+    _Alignas(64) _Atomic uint64_t cursor; /* generation:32 | blocks of the lane claimed:32 */
+    _Atomic uint32_t done;
+} ps_job_lane;
+
 /* Where a job's claim state lives: one of the pool's slots while posted,
  * else the job's own (the poster runs every block). */
 typedef struct ps_job_slot {
-    /* generation:31 | final:1 | next:16 | limit:16. `final`: limit is count. */
+    /* generation:31 | final:1 | cancelled:1 | lanes:15 | limit:16.
+     * `final`: limit is count; limit 0 once the job has finished. */
     _Alignas(64) _Atomic uint64_t state;
     _Atomic uint64_t seats; /* generation:32 | workers seated:32 */
     _Atomic uint32_t max_seats;
-    _Alignas(64) _Atomic uint32_t done; /* blocks finished */
+    _Atomic int open_seating; /* every worker may join: none takes a seat */
     _Atomic(ps_block_fn) fn;
     _Atomic(void *) arg;
     _Atomic int owned; /* a poster holds the slot */
+    ps_job_lane lanes[PS_JOB_LANES];
 } ps_job_slot;
 
 typedef struct ps_job {
@@ -85,10 +102,12 @@ void ps_job_post(ps_job *job, size_t count, size_t limit, ps_block_fn fn, void *
 void ps_job_open(ps_job *job, size_t limit);
 /* Claims and runs one open block on the calling thread: 1 if it ran one. */
 int ps_job_help(ps_job *job);
-/* Blocks finished so far (their writes are visible to the caller). */
+/* Blocks finished so far (their writes are visible to the caller); after
+ * a cancel, blocks skipped count as finished. */
 size_t ps_job_done(ps_job *job);
-/* No block is claimed any more (after a failure): ps_job_finish then waits
- * only for blocks already running. */
+/* No block runs any more unless it is running or claimed already (after a
+ * failure): the open blocks left are counted done without running, so
+ * ps_job_finish waits only for blocks already running. */
 void ps_job_cancel(ps_job *job);
 /* Opens every block (unless cancelled), runs the unclaimed ones, waits for
  * those other threads are running and gives the slot back. */

@@ -49,6 +49,10 @@ static void spin_us(double us) {
 /* The machine's runnable threads as the pool sees them: the caller alone. */
 static unsigned no_load(void) { return 1; }
 
+/* Threads runnable on the machine, for ps_cpus_set_probe: what seats_for sees. */
+static _Atomic unsigned fake_runnable;
+static unsigned fake_probe(void) { return atomic_load(&fake_runnable); }
+
 /* ---- Exactly once ------------------------------------------------------------------ */
 
 #define MAX_TEST_BLOCKS 4096
@@ -145,6 +149,110 @@ static void cancel_stops_claims(void) {
     CHECK_EQ(ps_job_done(&job), 100);
     CHECK(atomic_load(&s->highest) <= 100);
     free(s);
+}
+
+/* A cancel while many blocks are still open: those not yet claimed never
+ * run (they count as done, so the finish waits for no one), and none runs
+ * after the finish. Blocks after the first 20 wait until the cancel is
+ * made, so only the 20 and those already claimed can run, however the
+ * threads are scheduled. */
+typedef struct {
+    _Atomic unsigned started, ran;
+    _Atomic int go;
+} counted_job;
+
+static void counted_block(void *arg, size_t i) {
+    (void)i;
+    counted_job *j = arg;
+    if (atomic_fetch_add(&j->started, 1) >= 20)
+        while (!atomic_load(&j->go)) sched_yield();
+    atomic_fetch_add(&j->ran, 1);
+}
+
+static void cancel_skips_the_open_blocks(void) {
+    ps_pool *pool = ps_pool_default();
+    unsigned workers = ps_pool_workers(pool);
+    for (int round = 0; round < 20; round++) {
+        counted_job j = {0};
+        ps_job job;
+        size_t count = 2000;
+        ps_job_start(pool, &job, count, count, workers, counted_block, &j);
+        double give_up = now_s() + 10;
+        /* The workers run the first 20 (this thread must not: the 21st would wait for it). */
+        while (atomic_load(&j.ran) < 20 && ps_pool_last_seats() && now_s() < give_up) sched_yield();
+        if (atomic_load(&j.ran) < 20) {
+            printf("#   no worker ran the blocks (a loaded machine): not exercised\n");
+            atomic_store(&j.go, 1);
+            ps_job_finish(&job);
+            return;
+        }
+        ps_job_cancel(&job);
+        atomic_store(&j.go, 1);
+        ps_job_finish(&job);
+        unsigned ran = atomic_load(&j.ran);
+        CHECK_EQ(ps_job_done(&job), count);
+        CHECK(ran >= 20);
+        CHECK(ran <= 20 + workers);
+        sleep_ms(2);
+        CHECK_EQ(atomic_load(&j.ran), ran);
+    }
+}
+
+/* ---- Lanes whose thread never comes -------------------------------------------------- */
+
+typedef struct {
+    _Atomic unsigned stalled;
+    _Atomic int release;
+} holding_job;
+
+static void hold_worker(void *arg, size_t i) {
+    (void)i;
+    holding_job *h = arg;
+    if (!ps_pool_thread_index()) return;
+    atomic_fetch_add(&h->stalled, 1);
+    while (!atomic_load(&h->release)) sched_yield();
+}
+
+/* Every worker is held by another job: the blocks dealt to the lanes of
+ * the seats the second job was given are all run by its poster. The CPUs
+ * are made 8 (6 workers) and none busy elsewhere, so the first job seats
+ * every worker and the second gets seats whose lanes no worker serves. */
+static void lanes_of_absent_workers_are_taken(void) {
+    ps_pool *pool = ps_pool_default();
+    ps_cpus_set_usable(8);
+    CHECK_OK(pinstage_pool_set_threads(PINSTAGE_POOL_AUTO));
+    ps_cpus_set_probe(fake_probe);
+    atomic_store(&fake_runnable, 1);
+    unsigned workers = ps_pool_workers(pool);
+    holding_job h = {0};
+    ps_job hold;
+    /* One block per lane: each worker finds one in its own lane (the
+     * poster's, lane 0, returns at once), so holding them takes no stealing. */
+    ps_job_start(pool, &hold, workers + 1, workers + 1, workers, hold_worker, &h);
+    double give_up = now_s() + 10;
+    while (atomic_load(&h.stalled) < workers && now_s() < give_up) sched_yield();
+    CHECK_EQ(atomic_load(&h.stalled), workers);
+    if (atomic_load(&h.stalled) == workers) {
+        tally *t = new_tally();
+        ps_job job;
+        ps_job_start(pool, &job, 256, 256, workers, count_block, t);
+        unsigned seats = ps_pool_last_seats();
+        ps_job_finish(&job);
+        CHECK(seats >= 1);
+        for (size_t i = 0; i < 256; i++)
+            if (t->seen[i] != 1 || atomic_load(&t->by_worker[i])) {
+                CHECK_EQ(t->seen[i], 1);
+                CHECK_EQ(atomic_load(&t->by_worker[i]), 0);
+                break;
+            }
+        printf("#   %u seats, no worker free: the poster ran every lane's blocks\n", seats);
+        free(t);
+    }
+    atomic_store(&h.release, 1);
+    ps_job_finish(&hold);
+    ps_cpus_set_probe(NULL);
+    ps_cpus_set_usable(0);
+    CHECK_OK(pinstage_pool_set_threads(PINSTAGE_POOL_AUTO));
 }
 
 /* ---- A worker that stalls mid-block ------------------------------------------------ */
@@ -313,8 +421,6 @@ static void threads_share_the_pool(void) {
 
 /* ---- Seats never outnumber the free CPUs ----------------------------------------- */
 
-static _Atomic unsigned fake_runnable;
-static unsigned fake_probe(void) { return atomic_load(&fake_runnable); }
 
 typedef struct {
     _Atomic unsigned mask_lo, mask_hi; /* which threads ran blocks: bit 0 the caller */
@@ -1144,6 +1250,8 @@ int main(void) {
     RUN(every_block_runs_exactly_once);
     RUN(blocks_open_gradually);
     RUN(cancel_stops_claims);
+    RUN(cancel_skips_the_open_blocks);
+    RUN(lanes_of_absent_workers_are_taken);
     RUN(stalled_worker_holds_one_block);
     RUN(several_jobs_share_the_workers);
     RUN(threads_share_the_pool);
