@@ -398,10 +398,14 @@ static int park(ps_pool *p, uint64_t wake_at) {
     atomic_fetch_add_explicit(&p->parked, 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_seq_cst);
     /* A seat open now is taken without waiting (the poster may have looked
-     * for sleepers before this one counted itself). Once asleep, a worker
-     * leaves only with a token or at its time: one woken by a signal meant
-     * for a worker that was already up goes back to sleep. */
-    if (!atomic_load_explicit(&p->stop, memory_order_acquire) && !p->tokens && !any_seat_open(p)) {
+     * for sleepers before this one counted itself), and without a token:
+     * the poster counted this worker as up, so a token left is for one
+     * asleep, which taking it would leave asleep and the job a worker
+     * short. Once asleep, a worker leaves only with a token or at its
+     * time: one woken by a signal meant for a worker that was already up
+     * goes back to sleep. */
+    int seat_waiting = !atomic_load_explicit(&p->stop, memory_order_acquire) && any_seat_open(p);
+    if (!atomic_load_explicit(&p->stop, memory_order_acquire) && !seat_waiting && !p->tokens) {
         struct timespec until = {0, 0};
         if (wake_at) until = realtime_at(wake_at);
         how = PARK_WOKEN;
@@ -416,7 +420,7 @@ static int park(ps_pool *p, uint64_t wake_at) {
         } while (!atomic_load_explicit(&p->stop, memory_order_acquire) && !p->tokens);
         if (how == PARK_TIMER) atomic_fetch_add_explicit(&p->early, 1, memory_order_relaxed);
     }
-    if (p->tokens) {
+    if (p->tokens && !seat_waiting) {
         p->tokens--;
         /* A few wake-ups spread as a tree: the poster made one system call;
          * each worker it woke passes on up to two of the tokens left, and
