@@ -255,6 +255,54 @@ static void lanes_of_absent_workers_are_taken(void) {
     CHECK_OK(pinstage_pool_set_threads(PINSTAGE_POOL_AUTO));
 }
 
+/* ---- Workers parking as a job comes -------------------------------------------------- */
+
+typedef struct {
+    _Atomic unsigned arrived;
+    _Atomic int release;
+} gathering;
+
+static void gather_block(void *arg, size_t i) {
+    (void)i;
+    gathering *g = arg;
+    if (!ps_pool_thread_index()) return;
+    atomic_fetch_add(&g->arrived, 1);
+    while (!atomic_load(&g->release)) sched_yield();
+}
+
+/* Jobs that want every worker, posted as the workers' spins after the job
+ * before end: a worker entering its sleep just then must join without
+ * taking the wake-up meant for one asleep, or the job runs a worker short
+ * and the sleeper sleeps on. Every job must gather all the workers. */
+static void every_worker_comes_to_jobs_posted_as_they_park(void) {
+    ps_pool *pool = ps_pool_default();
+    ps_cpus_set_usable(8);
+    CHECK_OK(pinstage_pool_set_threads(PINSTAGE_POOL_AUTO));
+    ps_cpus_set_probe(fake_probe);
+    atomic_store(&fake_runnable, 1);
+    pinstage_pool_set_spin_us(50);
+    unsigned workers = ps_pool_workers(pool), short_jobs = 0, least = workers;
+    for (int i = 0; i < 200; i++) {
+        gathering g = {0};
+        ps_job job;
+        ps_job_start(pool, &job, workers + 1, workers + 1, workers, gather_block, &g);
+        double give_up = now_s() + 0.5;
+        while (atomic_load(&g.arrived) < workers && now_s() < give_up) sched_yield();
+        unsigned arrived = atomic_load(&g.arrived);
+        if (arrived < workers) short_jobs++;
+        if (arrived < least) least = arrived;
+        atomic_store(&g.release, 1);
+        ps_job_finish(&job);
+        spin_us((double)(i % 16) * 8); /* around the spin's end */
+    }
+    printf("#   %u of 200 jobs short of workers (fewest %u of %u)\n", short_jobs, least, workers);
+    CHECK_EQ(short_jobs, 0);
+    pinstage_pool_set_spin_us(200);
+    ps_cpus_set_probe(NULL);
+    ps_cpus_set_usable(0);
+    CHECK_OK(pinstage_pool_set_threads(PINSTAGE_POOL_AUTO));
+}
+
 /* ---- A worker that stalls mid-block ------------------------------------------------ */
 
 typedef struct {
@@ -1253,6 +1301,7 @@ int main(void) {
     RUN(cancel_stops_claims);
     RUN(cancel_skips_the_open_blocks);
     RUN(lanes_of_absent_workers_are_taken);
+    RUN(every_worker_comes_to_jobs_posted_as_they_park);
     RUN(stalled_worker_holds_one_block);
     RUN(several_jobs_share_the_workers);
     RUN(threads_share_the_pool);
