@@ -198,6 +198,21 @@ static void cancel_skips_the_open_blocks(void) {
     }
 }
 
+/* The pool sized for 8 usable CPUs (6 workers) with none busy elsewhere,
+ * whatever this machine has, and back. */
+static void eight_idle_cpus(void) {
+    ps_cpus_set_usable(8);
+    CHECK_OK(pinstage_pool_set_threads(PINSTAGE_POOL_AUTO));
+    ps_cpus_set_probe(fake_probe);
+    atomic_store(&fake_runnable, 1);
+}
+
+static void the_machines_cpus_again(void) {
+    ps_cpus_set_probe(NULL);
+    ps_cpus_set_usable(0);
+    CHECK_OK(pinstage_pool_set_threads(PINSTAGE_POOL_AUTO));
+}
+
 /* ---- Lanes whose thread never comes -------------------------------------------------- */
 
 typedef struct {
@@ -219,10 +234,7 @@ static void hold_worker(void *arg, size_t i) {
  * every worker and the second gets seats whose lanes no worker serves. */
 static void lanes_of_absent_workers_are_taken(void) {
     ps_pool *pool = ps_pool_default();
-    ps_cpus_set_usable(8);
-    CHECK_OK(pinstage_pool_set_threads(PINSTAGE_POOL_AUTO));
-    ps_cpus_set_probe(fake_probe);
-    atomic_store(&fake_runnable, 1);
+    eight_idle_cpus();
     unsigned workers = ps_pool_workers(pool);
     holding_job h = {0};
     ps_job hold;
@@ -250,25 +262,10 @@ static void lanes_of_absent_workers_are_taken(void) {
     }
     atomic_store(&h.release, 1);
     ps_job_finish(&hold);
-    ps_cpus_set_probe(NULL);
-    ps_cpus_set_usable(0);
-    CHECK_OK(pinstage_pool_set_threads(PINSTAGE_POOL_AUTO));
+    the_machines_cpus_again();
 }
 
 /* ---- Workers parking as a job comes -------------------------------------------------- */
-
-typedef struct {
-    _Atomic unsigned arrived;
-    _Atomic int release;
-} gathering;
-
-static void gather_block(void *arg, size_t i) {
-    (void)i;
-    gathering *g = arg;
-    if (!ps_pool_thread_index()) return;
-    atomic_fetch_add(&g->arrived, 1);
-    while (!atomic_load(&g->release)) sched_yield();
-}
 
 /* Jobs that want every worker, posted as the workers' spins after the job
  * before end: a worker entering its sleep just then must join without
@@ -276,31 +273,26 @@ static void gather_block(void *arg, size_t i) {
  * and the sleeper sleeps on. Every job must gather all the workers. */
 static void every_worker_comes_to_jobs_posted_as_they_park(void) {
     ps_pool *pool = ps_pool_default();
-    ps_cpus_set_usable(8);
-    CHECK_OK(pinstage_pool_set_threads(PINSTAGE_POOL_AUTO));
-    ps_cpus_set_probe(fake_probe);
-    atomic_store(&fake_runnable, 1);
+    eight_idle_cpus();
     pinstage_pool_set_spin_us(50);
     unsigned workers = ps_pool_workers(pool), short_jobs = 0, least = workers;
     for (int i = 0; i < 200; i++) {
-        gathering g = {0};
+        holding_job h = {0};
         ps_job job;
-        ps_job_start(pool, &job, workers + 1, workers + 1, workers, gather_block, &g);
+        ps_job_start(pool, &job, workers + 1, workers + 1, workers, hold_worker, &h);
         double give_up = now_s() + 0.5;
-        while (atomic_load(&g.arrived) < workers && now_s() < give_up) sched_yield();
-        unsigned arrived = atomic_load(&g.arrived);
+        while (atomic_load(&h.stalled) < workers && now_s() < give_up) sched_yield();
+        unsigned arrived = atomic_load(&h.stalled);
         if (arrived < workers) short_jobs++;
         if (arrived < least) least = arrived;
-        atomic_store(&g.release, 1);
+        atomic_store(&h.release, 1);
         ps_job_finish(&job);
         spin_us((double)(i % 16) * 8); /* around the spin's end */
     }
     printf("#   %u of 200 jobs short of workers (fewest %u of %u)\n", short_jobs, least, workers);
     CHECK_EQ(short_jobs, 0);
     pinstage_pool_set_spin_us(200);
-    ps_cpus_set_probe(NULL);
-    ps_cpus_set_usable(0);
-    CHECK_OK(pinstage_pool_set_threads(PINSTAGE_POOL_AUTO));
+    the_machines_cpus_again();
 }
 
 /* ---- A worker that stalls mid-block ------------------------------------------------ */
@@ -540,9 +532,7 @@ static void seats_follow_free_cpus(void) {
     ps_job_finish(&a);
     free(j2);
     free(j);
-    ps_cpus_set_probe(NULL);
-    ps_cpus_set_usable(0);
-    CHECK_OK(pinstage_pool_set_threads(PINSTAGE_POOL_AUTO));
+    the_machines_cpus_again();
 }
 
 /* A transfer's blocks are cut for the threads its job got: two per thread
@@ -605,9 +595,7 @@ static void blocks_follow_the_seats(void) {
     pinstage_buffer_free(buf);
     free(src);
     free(back);
-    ps_cpus_set_probe(NULL);
-    ps_cpus_set_usable(0);
-    CHECK_OK(pinstage_pool_set_threads(PINSTAGE_POOL_AUTO));
+    the_machines_cpus_again();
 }
 
 /* ---- Start, resize, idle, shutdown ------------------------------------------------ */
