@@ -404,8 +404,9 @@ static int park(ps_pool *p, uint64_t wake_at) {
      * short. Once asleep, a worker leaves only with a token or at its
      * time: one woken by a signal meant for a worker that was already up
      * goes back to sleep. */
-    int seat_waiting = !atomic_load_explicit(&p->stop, memory_order_acquire) && any_seat_open(p);
-    if (!atomic_load_explicit(&p->stop, memory_order_acquire) && !seat_waiting && !p->tokens) {
+    int stopping = atomic_load_explicit(&p->stop, memory_order_acquire);
+    int seat_waiting = !stopping && any_seat_open(p);
+    if (!stopping && !seat_waiting && !p->tokens) {
         struct timespec until = {0, 0};
         if (wake_at) until = realtime_at(wake_at);
         how = PARK_WOKEN;
@@ -594,8 +595,8 @@ static void *worker_main(void *arg) {
             patience = atomic_load_explicit(&p->spin_ns, memory_order_relaxed);
             if (patience > WOKEN_SPIN_NS) patience = WOKEN_SPIN_NS;
         }
-        /* A worker that did not sleep (it took a token another was woken
-         * for) still knows the rhythm. */
+        /* A worker that did not sleep (a seat was open, or it took a token
+         * left over) still knows the rhythm. */
         if (how != PARK_SKIPPED) helped = 0;
     }
     atomic_fetch_sub_explicit(&p->awake, 1, memory_order_relaxed);
