@@ -432,7 +432,7 @@ def main():
     add("that ended in the window as ended-in-window, names past the thirteenth as other-threads) and")
     add("`results`, one row per measurement: condition")
     add("(fresh-process, warm, paced, cpu-load, mem-load, concurrent), direction, bytes, path (pageable, auto,")
-    add("floor), reps, median_us, p10_us, p90_us,")
+    add("floor; from 0.4.7 pageable-async too, on cpu-load uploads up to 1 MiB), reps, median_us, p10_us, p90_us,")
     add("cpu_us_per_gb (process CPU time per 1e9 bytes moved); fresh-process rows carry process, and those and")
     add("mem-load rows memcpy_gbps (M) and, on auto, bound_us; auto rows carry pageable_share (the share of their")
     add("timed calls that took the pageable route, from 0.4.4) and, at sizes the governor sets (16 MiB up, from")

@@ -110,6 +110,21 @@ def check_peers_routes():
     ts = [t for t in conditions.targets(warm_paced, None) if t[0].startswith("paced")]
     check(len(ts) == 1 and ts[0][2].startswith("1.103 (") and not ts[0][3],
           f"conditions.py: a paced time 1.103x warm reads as a miss: {ts}")
+    # CPU load: small uploads against the landed pageable copy too, beside the target and in the table.
+    loaded = {"context": context, "engine_threads": 4, "results": [
+        {"condition": "cpu-load", "direction": "h2d", "bytes": 4096, "path": p, "median_us": us}
+        for p, us in (("pageable", 6.0), ("auto", 8.0), ("pageable-async", 8.8))]}
+    ts = [t for t in conditions.targets(loaded, None) if t[0].startswith("CPU load (")]
+    check(len(ts) == 1 and ts[0][2].startswith("0.75x (4 KiB)") and ts[0][2].endswith("; 1.10x the landed copy")
+          and not ts[0][3], f"conditions.py: the CPU load target and the landed copy: {ts}")
+    lines = []
+    conditions.section(loaded, None, lines.append)
+    table = [l for l in lines if l.startswith("| 4 KiB |")]
+    check(table == ["| 4 KiB | 6.0 | 8.8 | 8.0 | 0.75x | 1.10x | - | - | - |"],
+          f"conditions.py: the CPU load table's landed columns: {table}")
+    loaded["results"].pop()
+    check([t for t in conditions.targets(loaded, None) if t[0].startswith("CPU load (")][0][2].endswith("below: 4 KiB"),
+          "conditions.py: no landed ratio without its row")
     # Paced rows: the CPU in the gap before each call beside the calls' own, where measured.
     def paced(path, cpu, gap=None):
         r = {"condition": "paced", "direction": "h2d", "bytes": frame, "path": path, "median_us": 100.0,
@@ -424,7 +439,9 @@ def main():
         check(seen == {"fresh-process", "warm", "paced", "cpu-load", "mem-load", "concurrent"},
               f"every condition measured: {sorted(seen)}")
         for x in rows:
-            check(x["direction"] in ("h2d", "d2h") and x["path"] in ("pageable", "auto", "floor"), f"row {x}")
+            check(x["direction"] in ("h2d", "d2h") and x["path"] in ("pageable", "auto", "floor") or
+                  x["path"] == "pageable-async" and x["condition"] == "cpu-load" and x["direction"] == "h2d" and
+                  x["bytes"] <= 1 << 20, f"row {x}")
             check(x["median_us"] > 0 and x["cpu_us_per_gb"] >= 0, f"row figures {x}")
             # auto is upload / download: which route its timed calls took.
             if x["path"] == "auto":
@@ -447,6 +464,9 @@ def main():
               "concurrent figures")
         check({x["bytes"] for x in rows if x["condition"] == "cpu-load"} == {4096, 8192, 150528, 1 << 20},
               "the cpu-load sweep and the sizes")
+        # Small uploads under load against the landed pageable copy as well: every h2d size up to 1 MiB.
+        landed = {(x["direction"], x["bytes"]) for x in rows if x["path"] == "pageable-async"}
+        check(landed == {("h2d", b) for b in (4096, 8192, 150528, 1 << 20)}, f"cpu-load uploads landed: {landed}")
         r = run(bench, env, "--emulate", "--driver", emu, "--conditions", "--processes", "0")
         check(r.returncode == 2, "--processes 0 is refused")
         # --trace reads what PINSTAGE_TRACE wrote.
