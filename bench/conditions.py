@@ -286,25 +286,26 @@ def section(cond, peers, add, png=None):
     if any("gap_cpu_us_per_gb" in r for r in rows(cond, "paced")):
         add("\nPaced CPU: in the calls + what the process's other threads (the pool's workers up ahead of the next")
         add("transfer, the driver's) used in the gap before each call, the measuring thread's own work excluded.")
-    add("\nCPU load, all CPUs but 4 busy with arithmetic in the same process. Landed: the driver's async pageable")
-    add("copy and a stream sync, landed on return as upload is (cuMemcpyHtoD_v2, the pageable column, returns")
-    add("before its last DMA lands); measured for uploads up to 1 MiB.\n")
-    add("| transfer | H2D pageable µs | H2D landed µs | H2D auto µs | ratio | ratio to landed | D2H pageable µs "
-        "| D2H auto µs | ratio |")
-    add("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    # The landed columns where the run measured them (0.4.7 on).
+    landed = any(r["path"] == "pageable-async" for r in rows(cond, "cpu-load"))
+    add("\nCPU load, all CPUs but 4 busy with arithmetic in the same process" +
+        (". Landed: the driver's async pageable copy and a stream sync, landed on return as upload is"
+         " (cuMemcpyHtoD_v2, the pageable column, returns before its last DMA lands); measured for uploads up to"
+         " 1 MiB.\n" if landed else ":\n"))
+    add("| transfer | H2D pageable µs | " + ("H2D landed µs | " if landed else "") + "H2D auto µs | ratio | " +
+        ("ratio to landed | " if landed else "") + "D2H pageable µs | D2H auto µs | ratio |")
+    add("|---|" + "---:|" * (8 if landed else 6))
     for size in sorted({r["bytes"] for r in rows(cond, "cpu-load")}):
         cells = []
         for d in ("h2d", "d2h"):
             a, p = one(cond, "cpu-load", d, size, "auto"), one(cond, "cpu-load", d, size, "pageable")
             l = one(cond, "cpu-load", d, size, "pageable-async")
-            if d == "h2d":
-                cells += [f"{p['median_us']:.1f}" if p else "-", f"{l['median_us']:.1f}" if l else "-",
-                          f"{a['median_us']:.1f}" if a else "-",
-                          f"{p['median_us'] / a['median_us']:.2f}x" if a and p else "-",
-                          f"{l['median_us'] / a['median_us']:.2f}x" if a and l else "-"]
-            else:
-                cells += [f"{p['median_us']:.1f}", f"{a['median_us']:.1f}", f"{p['median_us'] / a['median_us']:.2f}x"] \
-                    if a and p else ["-", "-", "-"]
+            us = [f"{p['median_us']:.1f}" if p else "-", f"{a['median_us']:.1f}" if a else "-",
+                  f"{p['median_us'] / a['median_us']:.2f}x" if a and p else "-"]
+            if d == "h2d" and landed:
+                us.insert(1, f"{l['median_us']:.1f}" if l else "-")
+                us.append(f"{l['median_us'] / a['median_us']:.2f}x" if a and l else "-")
+            cells += us
         add(f"| {human(size)} | " + " | ".join(cells) + " |")
     add("\nSeveral threads at once, each with its own buffer, stream and memory:\n")
     add("| threads | transfer | path | aggregate GB/s | bound GB/s | slowest / mean thread | CPU ms/GB |")

@@ -125,6 +125,12 @@ def check_peers_routes():
     loaded["results"].pop()
     check([t for t in conditions.targets(loaded, None) if t[0].startswith("CPU load (")][0][2].endswith("below: 4 KiB"),
           "conditions.py: no landed ratio without its row")
+    lines = []
+    conditions.section(loaded, None, lines.append)
+    table = [l for l in lines if l.startswith("| 4 KiB |") or l.startswith("| transfer | H2D pageable")]
+    check(table == ["| transfer | H2D pageable µs | H2D auto µs | ratio | D2H pageable µs | D2H auto µs | ratio |",
+                    "| 4 KiB | 6.0 | 8.0 | 0.75x | - | - | - |"],
+          f"conditions.py: a run without landed rows keeps the table it had: {table}")
     # Paced rows: the CPU in the gap before each call beside the calls' own, where measured.
     def paced(path, cpu, gap=None):
         r = {"condition": "paced", "direction": "h2d", "bytes": frame, "path": path, "median_us": 100.0,
