@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "adapt.h"
 #include "check.h"
 
 #define K 1024u
@@ -203,6 +204,44 @@ static void route_info_checks_its_arguments(void) {
     pinstage_buffer_set_adaptive(NULL, 0); /* accepted, does nothing */
 }
 
+/* The estimates are the median of the fresh samples after every sample,
+ * asked once or again, and none is left once the samples are older than
+ * 2 s: the choice goes back to the profile's. */
+static int near_us(double us, double ns_per_byte, size_t bytes) {
+    double want = ns_per_byte * (double)bytes / 1e3;
+    return want == 0 ? us == 0 : us > want * 0.999 && us < want * 1.001;
+}
+
+static void estimates_follow_each_sample_and_age_out(void) {
+    const size_t bytes = 64 * K;
+    static const double per_byte[] = {10, 30, 20, 40}, median[] = {0, 0, 20, 25};
+    pinstage_route_info info;
+    pinstage_route_reset();
+    for (unsigned i = 0; i < 4; i++) {
+        ps_adapt_record(PS_H2D, bytes, PINSTAGE_ROUTE_PAGEABLE, (uint64_t)(per_byte[i] * (double)bytes));
+        for (int again = 0; again < 2; again++) {
+            CHECK_OK(pinstage_route_get_info(PINSTAGE_H2D, bytes, &info));
+            CHECK_EQ(info.pageable_samples, i + 1);
+            CHECK(near_us(info.pageable_us, median[i], bytes));
+        }
+    }
+    /* Through pinned memory, 5 ns per byte: faster, so it takes over. */
+    ps_plan profiled = {PINSTAGE_ROUTE_PAGEABLE, 0, 0}, other = {PINSTAGE_ROUTE_STAGED, 0, 0};
+    for (int i = 0; i < 3; i++) ps_adapt_record(PS_H2D, bytes, PINSTAGE_ROUTE_STAGED, 5 * bytes);
+    ps_adapt_pick pick = ps_adapt_choose(PS_H2D, bytes, profiled, other);
+    CHECK(pick.plan.route == PINSTAGE_ROUTE_STAGED && pick.overridden && !pick.probe);
+    CHECK_OK(pinstage_route_get_info(PINSTAGE_H2D, bytes, &info));
+    CHECK(near_us(info.staging_us, 5, bytes) && near_us(info.pageable_us, 25, bytes));
+    struct timespec aged = {2, 100000000};
+    nanosleep(&aged, NULL);
+    CHECK_OK(pinstage_route_get_info(PINSTAGE_H2D, bytes, &info));
+    CHECK_EQ(info.pageable_samples + info.staging_samples, 0);
+    CHECK(info.pageable_us == 0 && info.staging_us == 0);
+    pick = ps_adapt_choose(PS_H2D, bytes, profiled, other);
+    CHECK(pick.plan.route == PINSTAGE_ROUTE_PAGEABLE && !pick.overridden && !pick.probe);
+    pinstage_route_reset();
+}
+
 /* Several threads' transfers at once: adaptation holds still, every byte arrives. */
 static void *adapting_thread(void *arg) {
     int *failures = arg;
@@ -251,6 +290,7 @@ int main(void) {
     REQUIRE_OK(pinstage_stream_create(&stream, PINSTAGE_STREAM_NON_BLOCKING));
     pinstage_emu_live before = live_now();
     RUN(route_info_checks_its_arguments);
+    RUN(estimates_follow_each_sample_and_age_out);
     RUN(follows_the_faster_route_and_back);
     RUN(switched_off_follows_the_profile);
     RUN(threads_adapt_together);
