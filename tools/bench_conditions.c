@@ -317,10 +317,6 @@ static double memcpy_gbps(cond_state *st, unsigned threads) {
 
 static const char *const three_paths[] = {"pageable", "auto", "floor"};
 
-/* Uploads up to this size under CPU load are measured against the landed
- * pageable copy too; beyond it the early return is a small part of a call. */
-#define LANDED_SHOWN_MAX ((size_t)1 << 20)
-
 static int measure(cond_state *st, const char *condition, bench_direction d, size_t bytes, const char *const *names,
                    size_t n, const bench_run_options *o, cond_row **first) {
     const bench_path *paths[BENCH_MAX_PATHS];
@@ -740,15 +736,18 @@ int bench_conditions(const conditions_options *o, const bench_context *ctx, FILE
         for (size_t z = 0; z < o->nsizes; z++) sweep[n++] = o->sizes[z];
         qsort(sweep, n, sizeof sweep[0], bench_compare_size);
         /* cuMemcpyHtoD_v2 from pageable memory returns before its last DMA
-         * lands, and upload returns after: small uploads are shown against
-         * the landed copy (the async one + sync) as well. */
+         * lands, and upload returns after: uploads up to 1 MiB, where that
+         * DMA is much of a call, are shown against the landed copy (the
+         * async one + sync) as well; the larger ones would only lengthen
+         * the sweep. */
         static const char *const loaded_paths[] = {"pageable", "auto", "pageable-async"};
+        const size_t landed_shown_max = (size_t)1 << 20;
         /* Enough warm-up for the route to follow the load (adapt.c). */
         bench_run_options loaded = {100, 20, 0.4, 1, NULL, NULL};
         for (size_t z = 0; z < n && !rc; z++) {
             if (z && sweep[z] == sweep[z - 1]) continue;
             for (int d = 0; d < 2 && !rc; d++) {
-                size_t npaths = d == BENCH_H2D && sweep[z] <= LANDED_SHOWN_MAX ? 3 : 2;
+                size_t npaths = d == BENCH_H2D && sweep[z] <= landed_shown_max ? 3 : 2;
                 cond_row *first;
                 rc = measure(&st, "cpu-load", (bench_direction)d, sweep[z], loaded_paths, npaths, &loaded, &first);
             }
