@@ -1,25 +1,26 @@
 #!/usr/bin/env bash
-# The device call that judges sample-gap.patch, from the repository root on a GPU machine:
-# main (HEAD) against HEAD + the patch, and main with adaptation off; 4 KiB-147 KiB uploads
-# beside the landed pageable copy, idle and under CPU load, two rounds in alternating order;
-# the real-driver suite of the patched build; then, if time allows, a short conditions run.
+# The device call that judges every-eighth.patch (or the patch named by PATCH), from the
+# repository root on a GPU machine: main (HEAD) against HEAD + the patch, and main with adaptation
+# off; 4 KiB-147 KiB uploads and downloads beside the landed pageable copy, idle and under CPU
+# load, three rounds (M P, P M, M P); the real-driver suite of the patched build; then, if time
+# allows, a short conditions run. Results packed into $OUT/judge.tgz as they come.
 set -u
-here=$(cd "$(dirname "$0")" && pwd)
+here=$(cd "$(dirname "$0")" && pwd); PATCH=$(realpath ${PATCH:-$here/every-eighth.patch})
 t0=$(date +%s)
 r=/tmp/judge; rm -rf $r; mkdir -p $r/tiny
 pack() { [ -n "${OUT:-}" ] && tar czf $OUT/judge.tgz -C /tmp judge 2>/dev/null; }
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; lscpu | grep -E 'Model name|^CPU\(s\)'; git log --oneline -1; } > $r/machine.txt 2>&1
 rm -rf /tmp/vM /tmp/vP && mkdir -p /tmp/vM /tmp/vP && git archive HEAD | tar x -C /tmp/vM && git archive HEAD | tar x -C /tmp/vP
-(cd /tmp/vP && git apply "$here/sample-gap.patch") || { echo "the patch does not apply"; exit 1; }
+(cd /tmp/vP && git apply "$PATCH") || { echo "the patch does not apply"; exit 1; }
 ( cmake -S /tmp/vM -B /tmp/bM -DCMAKE_BUILD_TYPE=Release > $r/buildM.log 2>&1 && cmake --build /tmp/bM -j 8 --target pinstage-bench >> $r/buildM.log 2>&1 ) &
 ( cmake -S /tmp/vP -B /tmp/bP -DCMAKE_BUILD_TYPE=Release -DPINSTAGE_TEST_DRIVER=real > $r/buildP.log 2>&1 && cmake --build /tmp/bP -j 16 >> $r/buildP.log 2>&1 ) &
 wait
 M=/tmp/bM/tools/pinstage-bench; P=/tmp/bP/tools/pinstage-bench
 [ -x $M ] && [ -x $P ] || { tail -20 $r/buildM.log $r/buildP.log; exit 1; }
 echo "built +$(( $(date +%s) - t0 ))s" >> $r/times.txt
-T="--quiet --sizes 4K,16K,64K,150528 --direction h2d --paths pageable,pageable-async,auto,resident --reps 200 --budget 1"
-for round in 1 2; do
-  if [ $round = 1 ]; then order="M P"; else order="P M"; fi
+T="--quiet --sizes 4K,16K,64K,150528 --direction both --paths pageable,pageable-async,auto,resident --reps 200 --budget 1"
+for round in 1 2 3; do
+  if [ $round = 2 ]; then order="P M"; else order="M P"; fi
   for v in $order; do eval b=\$$v; for load in none cpu; do
     X=$([ $load = cpu ] && echo "--load cpu")
     $b $T $X --json $r/tiny/$v-$load-$round.json -o /dev/null
@@ -37,8 +38,10 @@ cat $r/machine.txt $r/times.txt; tail -3 $r/ctest-real.log
 python3 - $r/tiny <<'PY'
 import json, glob, os, sys
 for f in sorted(glob.glob(sys.argv[1] + "/*.json")):
-    m = {(x["bytes"], x["path"]): x["median_us"] for x in json.load(open(f))["results"]}
-    print(os.path.basename(f), " ".join(f"{b >> 10}K {m[(b, 'pageable-async')] / m[(b, 'auto')]:.3f} ({m[(b, 'auto')]:.2f})"
-                                        for b in (4096, 16384, 65536, 150528)))
+    rs = json.load(open(f))["results"]
+    for d in ("h2d", "d2h"):
+        m = {(x["bytes"], x["path"]): x for x in rs if x["direction"] == d}
+        print(os.path.basename(f), d, " ".join(f"{b >> 10}K {m[(b, 'pageable-async')]['median_us'] / m[(b, 'auto')]['median_us']:.3f} ({m[(b, 'auto')]['median_us']:.2f} p{m[(b, 'auto')].get('pageable_share', 0):.2f})"
+                                        for b in (4096, 16384, 65536, 150528) if (b, 'auto') in m))
 PY
 [ -f $r/conditions.json ] && python3 bench/conditions.py $r/conditions.json | grep -iE "cpu load" | cut -c1-220
