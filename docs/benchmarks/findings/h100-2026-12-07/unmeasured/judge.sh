@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The device call that judges every-eighth.patch (or the patch named by PATCH), from the
+# The device call that judges the patch named by PATCH (every-eighth.patch when unset), from the
 # repository root on a GPU machine: main (HEAD) against HEAD + the patch, and main with adaptation
 # off; 4 KiB-147 KiB uploads and downloads beside the landed pageable copy, idle and under CPU
 # load, three rounds (M P, P M, M P); the real-driver suite of the patched build; then, if time
-# allows, a short conditions run. Results packed into $OUT/judge.tgz as they come.
+# allows, a short conditions run (CONDITIONS=0 skips it). Results packed into $OUT/judge.tgz as they come.
 set -u
 here=$(cd "$(dirname "$0")" && pwd); PATCH=$(realpath ${PATCH:-$here/every-eighth.patch})
 t0=$(date +%s)
@@ -29,7 +29,7 @@ for round in 1 2 3; do
   echo "tiny round $round +$(( $(date +%s) - t0 ))s" >> $r/times.txt; pack
   [ $round = 1 ] && { ctest --test-dir /tmp/bP -j 1 --output-on-failure > $r/ctest-real.log 2>&1; echo "ctest rc=$? +$(( $(date +%s) - t0 ))s" >> $r/times.txt; pack; }
 done
-[ $(( $(date +%s) - t0 )) -lt 300 ] && timeout 120 $P --quiet --conditions --processes 2 --sizes 4915200 --sweep 4K:256K \
+[ "${CONDITIONS:-1}" != 0 ] && [ $(( $(date +%s) - t0 )) -lt 300 ] && timeout 120 $P --quiet --conditions --processes 2 --sizes 4915200 --sweep 4K:256K \
   -o $r/conditions.txt --json $r/conditions.json
 echo "end +$(( $(date +%s) - t0 ))s" >> $r/times.txt; pack
 cat $r/machine.txt $r/times.txt; tail -3 $r/ctest-real.log
