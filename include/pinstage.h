@@ -881,7 +881,9 @@ PINSTAGE_API pinstage_status pinstage_buffer_set_profile(pinstage_buffer *buf, c
  * pageable memory keep, per direction and size class, the time each side of
  * the choice took in recent transfers (the median of the last 8, per byte;
  * a time older than 2 s is forgotten, so both are measured under the same
- * load): the profile's route, and its
+ * load; every 8th transfer of the route taken is timed, and any one 100 ms
+ * after its route's last time, so calls of a few microseconds do not each
+ * pay for it): the profile's route, and its
  * counterpart across the pageable / pinned-memory divide (the pageable path
  * for a staging route; the profile's staging route for the pageable one).
  * The faster one (by at least 5%) takes the transfer. The other is taken

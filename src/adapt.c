@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Route choice from what recent transfers achieved. One lock guards the
- * table: a transfer holds it for well under a microsecond, twice. */
+ * table: a transfer holds it for well under a microsecond, once (twice when
+ * it is timed). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -30,11 +31,30 @@
 #define STALE_PROBE_EVERY 4u
 #define PROBE_EVERY_MAX 128u
 #define PROBE_INTERVAL_NS 250000000ull
+/* A transfer of the route taken is timed once every TIME_EVERY of them, and
+ * whenever that route's newest sample is TIME_GAP_NS old (probes always
+ * are). A 4 KiB upload lands in a few microseconds, and three more clock
+ * reads, recording the sample and working out the estimate again for
+ * every one of them was most of the library's own work per call. The
+ * sample is picked by count, not by time since the last one: a clock rule
+ * times the first call after every pause, the one that wakes the engine,
+ * and a median of those made the engine look slower than it runs (on an
+ * H100, 64 KiB uploads went to the pageable route in 40% of calls instead
+ * of the probes' 6%). Calls far apart are each timed. */
+#define TIME_EVERY 8u
+#define TIME_GAP_NS 100000000ull
 
 typedef struct {
     float per_byte[SAMPLES]; /* ns per byte */
     uint64_t at[SAMPLES];    /* when, ns */
     unsigned count, next;
+    /* estimate()'s last answer, which holds from known_from to known_until
+     * (ns) while no sample is added: the fresh samples change only as the
+     * oldest of them ages out. known_until 0: none. Every transfer asks for
+     * both sides' estimates, and working them out was most of its time in
+     * this file. */
+    float known;
+    uint64_t known_from, known_until;
 } samples;
 
 typedef struct {
@@ -43,6 +63,7 @@ typedef struct {
     unsigned since_probe, probe_every;
     uint64_t last_probe; /* ns */
     unsigned wins;       /* probes in a row that beat the route taken */
+    unsigned untimed;    /* transfers of the route taken since one was timed */
     int cold_retry;      /* the last probe ran cold and the next one repeats it */
     uint64_t switches, probes;
 } class_state;
@@ -92,19 +113,30 @@ static void ready(void) {
 }
 
 /* The median ns per byte of the fresh samples, or 0 when too few are. */
-static float estimate(const samples *s, uint64_t now) {
+static float estimate(samples *s, uint64_t now) {
+    if (s->known_until && now >= s->known_from && now <= s->known_until) return s->known;
     float v[SAMPLES];
     unsigned n = 0;
-    for (unsigned i = 0; i < s->count; i++)
-        if (now - s->at[i] <= FRESH_NS) v[n++] = s->per_byte[i];
-    if (n < MIN_SAMPLES) return 0;
+    uint64_t oldest = UINT64_MAX;
+    int ahead = 0; /* a sample stamped after `now` (read before the lock) turns fresh later */
+    for (unsigned i = 0; i < s->count; i++) {
+        ahead |= s->at[i] > now;
+        if (now - s->at[i] <= FRESH_NS) {
+            v[n++] = s->per_byte[i];
+            if (s->at[i] < oldest) oldest = s->at[i];
+        }
+    }
     for (unsigned i = 1; i < n; i++)
         for (unsigned j = i; j > 0 && v[j - 1] > v[j]; j--) {
             float t = v[j];
             v[j] = v[j - 1];
             v[j - 1] = t;
         }
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    s->known = n < MIN_SAMPLES ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    s->known_from = now;
+    /* Samples only age out until the next one comes: too few stay too few. */
+    s->known_until = ahead ? 0 : n >= MIN_SAMPLES ? oldest + FRESH_NS : UINT64_MAX;
+    return s->known;
 }
 
 /* Drops all but the newest `n` samples. */
@@ -121,6 +153,9 @@ static void keep_newest(samples *s, unsigned n) {
     *s = kept;
 }
 
+/* When the newest sample was taken; 0 when there is none. */
+static uint64_t newest(const samples *s) { return s->count ? s->at[(s->next + SAMPLES - 1) % SAMPLES] : 0; }
+
 static unsigned fresh(const samples *s, uint64_t now) {
     unsigned n = 0;
     for (unsigned i = 0; i < s->count; i++) n += now - s->at[i] <= FRESH_NS;
@@ -133,7 +168,7 @@ void ps_adapt_end(void) { atomic_fetch_sub_explicit(&in_progress, 1, memory_orde
 static int alone(void) { return atomic_load_explicit(&in_progress, memory_order_relaxed) <= 1; }
 
 ps_adapt_pick ps_adapt_choose(ps_direction dir, size_t bytes, ps_plan profiled, ps_plan other) {
-    ps_adapt_pick pick = {profiled, 0, 0};
+    ps_adapt_pick pick = {profiled, 0, 0, 0};
     if (!ps_adapt_enabled() || side_of(profiled.route) == side_of(other.route)) return pick;
     uint64_t now = ps_adapt_now_ns();
     int profile_side = side_of(profiled.route);
@@ -174,6 +209,10 @@ ps_adapt_pick ps_adapt_choose(ps_direction dir, size_t bytes, ps_plan profiled, 
         want = probe_side;
         pick.probe = 1;
     }
+    if (pick.probe || ++c->untimed >= TIME_EVERY || now - newest(&c->side[want]) >= TIME_GAP_NS) {
+        pick.timed = 1;
+        if (!pick.probe) c->untimed = 0;
+    }
     pthread_mutex_unlock(&lock);
     pick.plan = want == profile_side ? profiled : other;
     pick.overridden = !pick.probe && want != profile_side;
@@ -191,6 +230,7 @@ void ps_adapt_record(ps_direction dir, size_t bytes, int route, uint64_t ns) {
     uint64_t now = ps_adapt_now_ns();
     s->per_byte[s->next] = per_byte;
     s->at[s->next] = now;
+    s->known_until = 0;
     s->next = (s->next + 1) % SAMPLES;
     if (s->count < SAMPLES) s->count++;
     /* A probe that beat the route taken is tried again at once; MIN_SAMPLES

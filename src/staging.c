@@ -503,14 +503,14 @@ static pinstage_status move_pageable(transfer *t, const pinstage_profile *profil
     pinstage_buffer *buf = t->buf;
     pinstage_status s;
     int refused = 0;
-    ps_adapt_pick pick = {plan, 0, 0};
+    ps_adapt_pick pick = {plan, 0, 0, 0};
     uint64_t start = 0;
     if (kind == PS_HOST_PAGEABLE && adapts(buf, profile)) {
         ps_plan other = plan.route == PINSTAGE_ROUTE_PAGEABLE ? ps_choose_plan(profile, t->dir, t->bytes, SIZE_MAX)
                                                               : (ps_plan){PINSTAGE_ROUTE_PAGEABLE, 0, 0};
         pick = ps_adapt_choose(t->dir, t->bytes, plan, other);
         plan = pick.plan;
-        start = ps_adapt_now_ns();
+        if (pick.timed) start = ps_adapt_now_ns();
     }
     if (plan.route == PINSTAGE_ROUTE_PAGEABLE && kind == PS_HOST_PAGEABLE) {
         s = pageable_copy(t, &refused);

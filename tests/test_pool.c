@@ -1080,7 +1080,7 @@ static void downloads_beside_others_take_larger_chunks(void) {
  * engine pays a wake-up that steady use of it does not: such a probe is
  * repeated by the next transfer before anything is recorded, once. */
 static ps_adapt_pick next_probe(size_t bytes, ps_plan engine, ps_plan pageable) {
-    ps_adapt_pick p = {engine, 0, 0};
+    ps_adapt_pick p = {engine, 0, 0, 0};
     for (int i = 0; i < 200 && !p.probe; i++) p = ps_adapt_choose(PS_H2D, bytes, engine, pageable);
     return p;
 }
