@@ -10,7 +10,11 @@ t0=$(date +%s)
 r=/tmp/judge; rm -rf $r; mkdir -p $r/tiny
 pack() { [ -n "${OUT:-}" ] && tar czf $OUT/judge.tgz -C /tmp judge 2>/dev/null; }
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; lscpu | grep -E 'Model name|^CPU\(s\)'; git log --oneline -1; } > $r/machine.txt 2>&1
-rm -rf /tmp/vM /tmp/vP && mkdir -p /tmp/vM /tmp/vP && git archive HEAD | tar x -C /tmp/vM && git archive HEAD | tar x -C /tmp/vP
+# M is the tree the call runs in, copied as it is: the device tool's copy can carry older git
+# metadata than its files, so git archive HEAD there may build an older main.
+rm -rf /tmp/vM /tmp/vP && mkdir -p /tmp/vM /tmp/vP
+tar c --exclude=./.git --exclude='./build*' --exclude=./gpu-check-out --exclude=./.scratch . | tar x -C /tmp/vM
+cp -r /tmp/vM/. /tmp/vP
 (cd /tmp/vP && git apply "$PATCH") || { echo "the patch does not apply"; exit 1; }
 ( cmake -S /tmp/vM -B /tmp/bM -DCMAKE_BUILD_TYPE=Release > $r/buildM.log 2>&1 && cmake --build /tmp/bM -j 8 --target pinstage-bench >> $r/buildM.log 2>&1 ) &
 ( cmake -S /tmp/vP -B /tmp/bP -DCMAKE_BUILD_TYPE=Release -DPINSTAGE_TEST_DRIVER=real > $r/buildP.log 2>&1 && cmake --build /tmp/bP -j 16 >> $r/buildP.log 2>&1 ) &
