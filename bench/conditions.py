@@ -236,9 +236,14 @@ def section(cond, peers, add, png=None):
         add("pinstage loses there and what a program can set, is measured apart (`peers.py --after-op`;")
         add("docs/findings.md, \"PyTorch's OpenMP threads\").\n")
     add("### Targets\n")
-    for line in table(targets(cond, peers)):
+    ts = targets(cond, peers)
+    for line in table(ts):
         add(line)
     add("")
+    if any(not t[3] for t in ts):
+        add("Why each missed target is missed, and which ones trade against another target or against what")
+        add("`upload` promises: docs/findings.md, [\"Where the missed targets stand\"]"
+            "(findings.md#where-the-missed-targets-stand).\n")
     add("### Fresh processes\n")
     procs = sorted({r["process"] for r in rows(cond, "fresh-process")})
     add("| transfer | path | min µs | median µs | max µs | memcpy M, GB/s (min-max) |")

@@ -122,6 +122,16 @@ def check_peers_routes():
     table = [l for l in lines if l.startswith("| 4 KiB |")]
     check(table == ["| 4 KiB | 6.0 | 8.8 | 8.0 | 0.75x | 1.10x | - | - | - |"],
           f"conditions.py: the CPU load table's landed columns: {table}")
+    pointer = [l for l in lines if "findings.md#where-the-missed-targets-stand" in l]
+    check(len(pointer) == 1, "conditions.py: a missed target points to where the findings explain it")
+    met = {"context": context, "engine_threads": 4, "results": [
+        {"condition": "cpu-load", "direction": "h2d", "bytes": 4096, "path": p, "median_us": us}
+        for p, us in (("pageable", 6.0), ("auto", 5.0))]}
+    lines = []
+    conditions.section(met, None, lines.append)
+    check(all(t[3] for t in conditions.targets(met, None))
+          and not [l for l in lines if "where-the-missed-targets-stand" in l],
+          "conditions.py: no pointer when every target is met")
     loaded["results"].pop()
     check([t for t in conditions.targets(loaded, None) if t[0].startswith("CPU load (")][0][2].endswith("below: 4 KiB"),
           "conditions.py: no landed ratio without its row")
