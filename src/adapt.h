@@ -21,8 +21,9 @@ typedef struct ps_adapt_pick {
     ps_plan plan;    /* the route to take */
     int probe;       /* taken to measure it, not because it was faster */
     int overridden;  /* differs from the profile's choice because it measured faster */
-    int timed;       /* to be timed and recorded (ps_adapt_record): a probe, or the route's newest
-                        sample is old enough; no other transfer's time is wanted */
+    int timed;       /* to be timed and recorded (ps_adapt_record): a probe, every 8th transfer of
+                        the route taken, or one whose route's newest sample is 100 ms old; no other
+                        transfer's time is wanted */
 } ps_adapt_pick;
 
 /* The route for a transfer of pageable memory: `profiled` (the profile's
