@@ -890,8 +890,9 @@ PINSTAGE_API pinstage_status pinstage_buffer_set_profile(pinstage_buffer *buf, c
  * now and then to keep its estimate fresh: every 4th transfer of the class
  * while it has no estimate, then every 16th, backing off to every 128th
  * while it keeps measuring over 1.5x slower, but at least every 250 ms of
- * a class in use; one that beats the route taken is tried again at once, so
- * a change of load turns the choice within a few transfers of being seen.
+ * a class in use; one that beats the route taken is tried again at once,
+ * however old that side's other samples, and three such in a row take over,
+ * so a change of load turns the choice within a few transfers of being seen.
  * Those transfers are counted in
  * stats.route_probes; transfers that left the profile's route because the
  * other measured faster in stats.route_overrides. A transfer that had to pin

@@ -191,11 +191,18 @@ ps_adapt_pick ps_adapt_choose(ps_direction dir, size_t bytes, ps_plan profiled, 
         pick.overridden = want != profile_side;
         return pick;
     }
-    if (c->chosen >= 0 && want != c->chosen) c->switches++;
-    if (c->chosen < 0 && want != profile_side) c->switches++;
+    if ((c->chosen >= 0 && want != c->chosen) || (c->chosen < 0 && want != profile_side)) {
+        c->switches++;
+        c->wins = 0; /* they beat the route no longer taken */
+    }
     c->chosen = want;
     int probe_side = !want;
-    unsigned every = e[probe_side] > 0 ? c->probe_every : STALE_PROBE_EVERY;
+    /* A probe that just won is repeated at once, whether or not its side
+     * has an estimate: when that route's transfers are slow, the probes
+     * before it (every STALE_PROBE_EVERY, hundreds of ms apart) may have
+     * aged out, and waiting for enough fresh ones would keep the slower
+     * route for seconds. */
+    unsigned every = c->wins ? 1 : e[probe_side] > 0 ? c->probe_every : STALE_PROBE_EVERY;
     ++c->since_probe;
     if (c->since_probe >= every || (c->since_probe >= STALE_PROBE_EVERY && now - c->last_probe > PROBE_INTERVAL_NS)) {
         c->since_probe = 0;
@@ -240,7 +247,6 @@ void ps_adapt_record(ps_direction dir, size_t bytes, int route, uint64_t ns) {
         c->cold_retry = 0;
         float taken = estimate(&c->side[c->chosen], now);
         if (taken > 0 && per_byte < taken * MARGIN) {
-            c->probe_every = 1;
             if (++c->wins >= MIN_SAMPLES) {
                 keep_newest(s, c->wins);
                 c->wins = 0;
