@@ -790,13 +790,15 @@ PINSTAGE_API int pinstage_numa_node_count(void);
  *  - PINSTAGE_ROUTE_STAGED: one memcpy into the buffer's pinned memory, one
  *    DMA (downloads: DMA, then one memcpy out). The seed's staging.
  *  - PINSTAGE_ROUTE_ENGINE: the copy engine. The transfer is cut into chunks
- *    that flow through up to 4 slots of the buffer's pinned memory, each
- *    guarded by an event; the worker pool and the calling thread copy chunk
- *    k+1 into a free slot while the DMA of chunk k runs (downloads mirrored).
+ *    that flow through up to 4 slots of the buffer's pinned memory (8 for
+ *    downloads), each guarded by an event; the worker pool and the calling
+ *    thread copy chunk k+1 into a free slot while the DMA of chunk k runs
+ *    (downloads mirrored).
  * Pinned memory: the staging routes use the buffer's one pinned allocation.
- * The engine needs at most 4 chunks of at most 8 MiB of it, so a transfer of
- * any size pins at most 32 MiB; capacity, reserve, shrink_to_fit and the
- * stats (peak_capacity, pinned_allocations) describe that same allocation. */
+ * The engine needs at most 4 chunks of at most 8 MiB of it (downloads 8 of
+ * at most 4 MiB), so a transfer of any size pins at most 32 MiB; capacity,
+ * reserve, shrink_to_fit and the stats (peak_capacity, pinned_allocations)
+ * describe that same allocation. */
 #define PINSTAGE_ROUTE_PAGEABLE 0
 #define PINSTAGE_ROUTE_STAGED 1
 #define PINSTAGE_ROUTE_ENGINE 2

@@ -192,9 +192,7 @@ pinstage_status pinstage_profile_calibrate(pinstage_profile **out, int thorough)
     /* All the pinned memory any candidate needs, at once: growing through
      * every size would time pinned allocations, not transfers. */
     if ((s = pinstage_buffer_create(&b.buf)) ||
-        (s = pinstage_buffer_reserve(b.buf, most < PS_ENGINE_SLOTS * PS_ENGINE_MAX_CHUNK
-                                                ? most
-                                                : PS_ENGINE_SLOTS * PS_ENGINE_MAX_CHUNK)))
+        (s = pinstage_buffer_reserve(b.buf, most < PS_ENGINE_MAX_FOOTPRINT ? most : PS_ENGINE_MAX_FOOTPRINT)))
         goto done;
     unsigned all_threads = ps_pool_workers(ps_pool_default()) + 1;
     p->host_threads = all_threads;

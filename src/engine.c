@@ -2,7 +2,8 @@
 /* The copy engine: chunks through event-guarded slots, host copies shared
  * by the pool's threads while the calling thread makes the driver calls.
  *
- * Slots: chunk k lives at offset (k % PS_ENGINE_SLOTS) * chunk of the stage.
+ * Slots: chunk k lives at offset (k % slots) * chunk of the stage: 4 slots
+ * of at most 8 MiB for uploads, 8 of at most 4 MiB for downloads (policy.h).
  * A slot is written (upload) or read (download) again only after the event
  * recorded behind its previous DMA has completed, so no DMA ever reads or
  * writes bytes still in use. The call ends by waiting for the event behind
@@ -25,7 +26,7 @@
  * chunk's DMA or copy-out overlap nothing, so making them small shortens
  * the pipeline's fill and drain.
  *
- * A transfer shorter than the ring (bytes < PS_ENGINE_SLOTS * chunk) fits
+ * A transfer shorter than the ring (bytes < slots * chunk) fits
  * the stage whole: each chunk has its own place at its own offset and no
  * slot is reused, so an upload opens every chunk at once and records one
  * event. A download that fits ramps too (each chunk its own place, the
@@ -65,9 +66,14 @@ static inline void cpu_pause(void) {
 #endif
 }
 
-static size_t chunk_bytes(size_t bytes, const ps_plan *plan) {
+static unsigned slots_for(ps_direction dir) { return dir == PS_D2H ? PS_ENGINE_D2H_SLOTS : PS_ENGINE_SLOTS; }
+
+/* A chunk of at most the footprint's share of one slot: downloads go round
+ * twice the slots, each at most half the largest chunk. */
+static size_t chunk_bytes(ps_direction dir, size_t bytes, const ps_plan *plan) {
+    size_t most = PS_ENGINE_MAX_FOOTPRINT / slots_for(dir);
     size_t chunk = plan->chunk ? plan->chunk : bytes;
-    if (chunk > PS_ENGINE_MAX_CHUNK) chunk = PS_ENGINE_MAX_CHUNK;
+    if (chunk > most) chunk = most;
     size_t fewest = (bytes + MAX_CHUNKS - 1) / MAX_CHUNKS;
     if (chunk < fewest) chunk = (fewest + 4095) / 4096 * 4096;
     return chunk < bytes ? chunk : bytes;
@@ -75,14 +81,14 @@ static size_t chunk_bytes(size_t bytes, const ps_plan *plan) {
 
 ps_plan ps_engine_plan_shared(ps_plan plan, ps_direction dir, size_t bytes, unsigned others) {
     if (!others || dir != PS_D2H || plan.route != PINSTAGE_ROUTE_ENGINE) return plan;
-    if (chunk_bytes(bytes, &plan) < PS_ENGINE_SHARED_D2H_CHUNK && bytes > PS_ENGINE_SHARED_D2H_CHUNK)
+    if (chunk_bytes(dir, bytes, &plan) < PS_ENGINE_SHARED_D2H_CHUNK && bytes > PS_ENGINE_SHARED_D2H_CHUNK)
         plan.chunk = PS_ENGINE_SHARED_D2H_CHUNK;
     return plan;
 }
 
-size_t ps_engine_footprint(size_t bytes, const ps_plan *plan) {
-    size_t chunk = chunk_bytes(bytes, plan);
-    size_t ring = chunk * PS_ENGINE_SLOTS;
+size_t ps_engine_footprint(ps_direction dir, size_t bytes, const ps_plan *plan) {
+    size_t chunk = chunk_bytes(dir, bytes, plan);
+    size_t ring = chunk * slots_for(dir);
     return bytes < ring ? bytes : ring;
 }
 
@@ -90,20 +96,22 @@ size_t ps_engine_footprint(size_t bytes, const ps_plan *plan) {
 
 typedef struct {
     size_t bytes, chunk, n;
+    unsigned slots; /* of the ring: slots_for(direction) */
     int ramped;
     int fits;                        /* chunk k at its own offset, no slot reused */
     size_t offset[MAX_SCHEDULE + 1]; /* when ramped */
 } schedule;
 
-static void make_schedule(schedule *s, size_t bytes, size_t chunk, int ramp_if_fits) {
+static void make_schedule(schedule *s, ps_direction dir, size_t bytes, size_t chunk, int ramp_if_fits) {
     s->bytes = bytes;
     s->chunk = chunk;
+    s->slots = slots_for(dir);
     s->ramped = 0;
     s->n = (bytes + chunk - 1) / chunk;
     /* The footprint is what ps_engine_footprint says either way: `bytes`
-     * when they fit, the ring's four chunks otherwise (a ramp's chunks are
-     * no longer than `chunk`). */
-    s->fits = bytes < PS_ENGINE_SLOTS * chunk;
+     * when they fit, the ring's chunks otherwise (a ramp's chunks are no
+     * longer than `chunk`). */
+    s->fits = bytes < s->slots * chunk;
     size_t first = chunk / 16 < MIN_RAMP ? MIN_RAMP : chunk / 16;
     if (s->n < 2 || first >= chunk || (s->fits && !ramp_if_fits)) return;
     size_t front[MAX_SCHEDULE], back[MAX_SCHEDULE], nf = 0, nb = 0, rest = bytes;
@@ -134,11 +142,11 @@ static size_t chunk_len(const schedule *s, size_t k) {
 
 /* Where chunk k lives in the stage. */
 static size_t chunk_place(const schedule *s, size_t k) {
-    return s->fits ? chunk_offset(s, k) : (k % PS_ENGINE_SLOTS) * s->chunk;
+    return s->fits ? chunk_offset(s, k) : (k % s->slots) * s->chunk;
 }
 
 /* Which copy counter counts chunk k's blocks. */
-static size_t chunk_counter(const schedule *s, size_t k) { return s->fits ? k : k % PS_ENGINE_SLOTS; }
+static size_t chunk_counter(const schedule *s, size_t k) { return s->fits ? k : k % s->slots; }
 
 /* ---- Host copies ------------------------------------------------------------------- */
 
@@ -357,7 +365,7 @@ pinstage_status ps_engine_h2d(const ps_driver *d, ps_pool *pool, const ps_stage 
      * 167-173 against 160-163 us (H200 machine, three runs each of
      * `pinstage-bench --sizes 2M,4915200,6M,12M,64M`), though its first
      * DMA started sooner. */
-    make_schedule(&sch, bytes, chunk_bytes(bytes, plan), 0);
+    make_schedule(&sch, PS_H2D, bytes, chunk_bytes(PS_H2D, bytes, plan), 0);
     size_t n = sch.n;
     unsigned threads = ps_engine_threads(pool, plan);
     pinstage_status s = PINSTAGE_SUCCESS;
@@ -370,14 +378,14 @@ pinstage_status ps_engine_h2d(const ps_driver *d, ps_pool *pool, const ps_stage 
     ps_job_enter(pool, &job, threads - 1);
     flow_init(&f, &sch, stage->pinned, src, 1, job.seats + 1);
     f.timed = report != NULL;
-    size_t opened = sch.fits || n < PS_ENGINE_SLOTS ? n : PS_ENGINE_SLOTS;
+    size_t opened = sch.fits || n < sch.slots ? n : sch.slots;
     unsigned idle = 0;
     f.trace = ps_trace_begin(0, bytes, (unsigned)n);
     for (size_t k = 0; k < opened; k++) ps_trace_chunk(f.trace, (unsigned)k, PS_TRACE_OPENED);
     ps_job_post(&job, f.total, first_block(&f, opened), flow_block, &f);
     ps_trace_seats(f.trace, job.seats);
     for (size_t k = 0; k < n;) {
-        size_t slot = k % PS_ENGINE_SLOTS;
+        size_t slot = k % sch.slots;
         /* The slot still counts the chunk before until chunk k is opened. */
         if (k < opened && chunk_copied(&f, k)) {
             ps_trace_chunk(f.trace, (unsigned)k, PS_TRACE_COPIED);
@@ -386,7 +394,7 @@ pinstage_status ps_engine_h2d(const ps_driver *d, ps_pool *pool, const ps_stage 
                 break;
             enqueued = 1;
             /* An event only where a later chunk waits for this slot, and at the end. */
-            if (((!sch.fits && k + PS_ENGINE_SLOTS < n) || k + 1 == n) &&
+            if (((!sch.fits && k + sch.slots < n) || k + 1 == n) &&
                 (s = ps_record(d, stage->events[slot], stream, caller)))
                 break;
             ps_trace_chunk(f.trace, (unsigned)k, PS_TRACE_ENQUEUED);
@@ -397,10 +405,10 @@ pinstage_status ps_engine_h2d(const ps_driver *d, ps_pool *pool, const ps_stage 
         /* The next chunk's slot is free once the DMA that read it has landed.
          * Beside other transfers, ask now and then only: every query takes
          * the driver's lock their DMAs need too. */
-        if (opened < n && opened < k + PS_ENGINE_SLOTS && may_query(pool, &idle)) {
-            pinstage_status q = ps_query_event(d, stage->events[opened % PS_ENGINE_SLOTS], caller);
+        if (opened < n && opened < k + sch.slots && may_query(pool, &idle)) {
+            pinstage_status q = ps_query_event(d, stage->events[opened % sch.slots], caller);
             if (q == PINSTAGE_SUCCESS) {
-                ps_trace_chunk(f.trace, (unsigned)(opened - PS_ENGINE_SLOTS), PS_TRACE_LANDED);
+                ps_trace_chunk(f.trace, (unsigned)(opened - sch.slots), PS_TRACE_LANDED);
                 recount(&f, opened);
                 ps_trace_chunk(f.trace, (unsigned)opened, PS_TRACE_OPENED);
                 ps_job_open(&job, first_block(&f, ++opened));
@@ -420,7 +428,7 @@ pinstage_status ps_engine_h2d(const ps_driver *d, ps_pool *pool, const ps_stage 
     if (s) ps_job_cancel(&job);
     ps_job_finish(&job);
     /* Landed: the last DMA's event follows every earlier one on the stream. */
-    if (!s) s = ps_wait_event(d, stage->events[(n - 1) % PS_ENGINE_SLOTS], ps_engine_footprint(bytes, plan), caller);
+    if (!s) s = ps_wait_event(d, stage->events[(n - 1) % sch.slots], ps_engine_footprint(PS_H2D, bytes, plan), caller);
     if (!s) ps_trace_chunk(f.trace, (unsigned)(n - 1), PS_TRACE_LANDED);
     ps_trace_end(f.trace);
     if (!s && report) fill_report(report, &job, &f, began);
@@ -433,7 +441,7 @@ pinstage_status ps_engine_h2d(const ps_driver *d, ps_pool *pool, const ps_stage 
 /* Enqueues chunk k's DMA into its slot and records the slot's event. */
 static pinstage_status d2h_chunk(const ps_driver *d, const ps_stage *stage, const schedule *sch, CUdeviceptr src,
                                  size_t k, CUstream stream, const char *caller) {
-    size_t slot = k % PS_ENGINE_SLOTS;
+    size_t slot = k % sch->slots;
     pinstage_status s = ps_enqueue_d2h(d, stage->pinned + chunk_place(sch, k), src + chunk_offset(sch, k),
                                        chunk_len(sch, k), stream, caller);
     return s ? s : ps_record(d, stage->events[slot], stream, caller);
@@ -443,7 +451,7 @@ pinstage_status ps_engine_d2h(const ps_driver *d, ps_pool *pool, const ps_stage 
                               CUdeviceptr src, size_t bytes, CUstream stream, const ps_plan *plan,
                               int *in_flight, ps_engine_report *report, const char *caller) {
     schedule sch;
-    make_schedule(&sch, bytes, chunk_bytes(bytes, plan), 1);
+    make_schedule(&sch, PS_D2H, bytes, chunk_bytes(PS_D2H, bytes, plan), 1);
     size_t n = sch.n;
     unsigned threads = ps_engine_threads(pool, plan);
     pinstage_status s = PINSTAGE_SUCCESS;
@@ -453,7 +461,7 @@ pinstage_status ps_engine_d2h(const ps_driver *d, ps_pool *pool, const ps_stage 
 
     uint64_t began = report ? ps_trace_now() : 0;
     size_t queued = 0, opened = 0; /* chunks whose DMA is enqueued / whose blocks are open */
-    for (; queued < n && queued < PS_ENGINE_SLOTS && !s; queued++) s = d2h_chunk(d, stage, &sch, src, queued, stream, caller);
+    for (; queued < n && queued < sch.slots && !s; queued++) s = d2h_chunk(d, stage, &sch, src, queued, stream, caller);
     if (s) {
         *in_flight = ps_drain(d, stage->events[0], stream);
         return s;
@@ -469,7 +477,7 @@ pinstage_status ps_engine_d2h(const ps_driver *d, ps_pool *pool, const ps_stage 
     while (opened < n || ps_job_done(&job) < f.total) {
         /* A chunk's blocks open once its DMA has landed. */
         if (opened < queued && may_query(pool, &idle)) {
-            pinstage_status q = ps_query_event(d, stage->events[opened % PS_ENGINE_SLOTS], caller);
+            pinstage_status q = ps_query_event(d, stage->events[opened % sch.slots], caller);
             if (q == PINSTAGE_SUCCESS) {
                 ps_trace_chunk(f.trace, (unsigned)opened, PS_TRACE_LANDED);
                 ps_job_open(&job, first_block(&f, ++opened));
@@ -484,9 +492,9 @@ pinstage_status ps_engine_d2h(const ps_driver *d, ps_pool *pool, const ps_stage 
         /* A slot copied out takes the next chunk's DMA; where the transfer
          * fits the stage, the next chunk needs only the event of the chunk
          * four before, free once that chunk was seen landed. */
-        if (queued < n && (sch.fits ? queued < opened + PS_ENGINE_SLOTS : chunk_copied(&f, queued - PS_ENGINE_SLOTS))) {
+        if (queued < n && (sch.fits ? queued < opened + sch.slots : chunk_copied(&f, queued - sch.slots))) {
             if (!sch.fits) {
-                ps_trace_chunk(f.trace, (unsigned)(queued - PS_ENGINE_SLOTS), PS_TRACE_COPIED);
+                ps_trace_chunk(f.trace, (unsigned)(queued - sch.slots), PS_TRACE_COPIED);
                 recount(&f, queued);
             }
             if ((s = d2h_chunk(d, stage, &sch, src, queued, stream, caller))) break;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* The copy engine behind upload / download of ordinary memory: the transfer
- * is cut into chunks that flow through up to PS_ENGINE_SLOTS slots of the
- * buffer's pinned memory, each slot guarded by an event. While the DMA of
+ * is cut into chunks that flow through a ring of slots of the buffer's
+ * pinned memory (PS_ENGINE_SLOTS for uploads, PS_ENGINE_D2H_SLOTS for
+ * downloads), each slot guarded by an event. While the DMA of
  * chunk k runs, the pool copies chunk k+1 into the next free slot (downloads
  * mirror it: the DMA of chunk k+1 runs while chunk k is copied out). A
  * transfer shorter than the slots gives each chunk a place of its own. */
@@ -15,7 +16,7 @@
 /* The pinned memory and events a transfer may use. */
 typedef struct ps_stage {
     unsigned char *pinned; /* at least ps_engine_footprint() bytes */
-    CUevent *events;       /* PS_ENGINE_SLOTS created events */
+    CUevent *events;       /* PS_ENGINE_MAX_SLOTS created events */
 } ps_stage;
 
 /* A download's plan while other transfers use the pool (`others` in
@@ -28,9 +29,9 @@ typedef struct ps_stage {
 #define PS_ENGINE_SHARED_D2H_CHUNK ((size_t)1 << 20)
 ps_plan ps_engine_plan_shared(ps_plan plan, ps_direction dir, size_t bytes, unsigned others);
 
-/* Pinned bytes a transfer of `bytes` needs under `plan`: at most
- * PS_ENGINE_SLOTS * PS_ENGINE_MAX_CHUNK, whatever the transfer's size. */
-size_t ps_engine_footprint(size_t bytes, const ps_plan *plan);
+/* Pinned bytes a transfer of `bytes` in `dir` needs under `plan`: at most
+ * PS_ENGINE_MAX_FOOTPRINT, whatever the transfer's size. */
+size_t ps_engine_footprint(ps_direction dir, size_t bytes, const ps_plan *plan);
 
 /* The threads (the caller included) a transfer under `plan` asks for: the
  * plan's count, or the pool's workers and the caller. */

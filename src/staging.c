@@ -23,7 +23,7 @@ struct pinstage_buffer {
     ps_pinned pinned;
     /* Created at the first transfer: events[0] ends every synchronous call,
      * all of them guard the engine's slots. */
-    CUevent events[PS_ENGINE_SLOTS];
+    CUevent events[PS_ENGINE_MAX_SLOTS];
     int have_events;
     int in_call;              /* a call on this buffer is running (re-entry from a fill) */
     int strict;               /* no pageable fallback when pinning fails */
@@ -105,7 +105,7 @@ pinstage_status pinstage_buffer_free(pinstage_buffer *buf) {
         pinstage_status entered = ps_bind_enter(&buf->binding, d, caller);
         if (entered) ps_message_save(&why);
         s = ps_pinned_release(&buf->pinned, d, &ignored, caller);
-        for (int i = 0; buf->have_events && i < PS_ENGINE_SLOTS; i++) {
+        for (int i = 0; buf->have_events && i < PS_ENGINE_MAX_SLOTS; i++) {
             CUresult r = d->cuEventDestroy(buf->events[i]);
             if (r && !s) s = ps_fail_driver((pinstage_status)r, caller, "cuEventDestroy_v2");
         }
@@ -234,8 +234,8 @@ static pinstage_status check_transfer(const char *caller, const pinstage_buffer 
 
 static pinstage_status ensure_events(pinstage_buffer *buf, const ps_driver *d, const char *caller) {
     if (buf->have_events) return PINSTAGE_SUCCESS;
-    CUevent made[PS_ENGINE_SLOTS];
-    for (int i = 0; i < PS_ENGINE_SLOTS; i++) {
+    CUevent made[PS_ENGINE_MAX_SLOTS];
+    for (int i = 0; i < PS_ENGINE_MAX_SLOTS; i++) {
         CUresult r = d->cuEventCreate(&made[i], CU_EVENT_DISABLE_TIMING);
         if (r) {
             while (i--) d->cuEventDestroy(made[i]);
@@ -430,7 +430,7 @@ static pinstage_status engine_copy(const transfer *t, const ps_plan *chosen, int
         asked_report = &report;
     }
     pinning p;
-    pinstage_status s = pin(buf, t->d, ps_engine_footprint(t->bytes, plan), 1, &p, t->caller);
+    pinstage_status s = pin(buf, t->d, ps_engine_footprint(t->dir, t->bytes, plan), 1, &p, t->caller);
     *unpinnable = s == PINSTAGE_ERROR_OUT_OF_MEMORY;
     *pinned = p.fresh.ptr != NULL;
     if (s) return s;

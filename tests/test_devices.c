@@ -393,7 +393,9 @@ static void placement_follows_the_devices_numa_nodes(void) {
     }
     CHECK(blocks >= 8);
     CHECK_EQ(during.pinned_allocations, before.pinned_allocations);
-    CHECK_EQ(during.registered_ranges, before.registered_ranges + blocks);
+    /* One block each live now (a buffer that grew for its download freed
+     * the block before). */
+    CHECK_EQ(during.registered_ranges, before.registered_ranges + 8);
     pinstage_pool_info info;
     pinstage_pool_get_info(&info);
     CHECK_EQ(info.pools, node1_cpus ? 2u : 1u);
