@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Not run yet. From the repository root at main: 64 MiB downloads through the engine path at 8
-# threads with 2, 4 and 8 MiB chunks, main's 4 slots against 8 (s8: PS_ENGINE_SLOTS 8 for both
-# directions, as governor-slots/ measured); then download-eight-slots.patch (8 slots of at most
-# 4 MiB for downloads only, main's 32 MiB of pinned memory at most) against main through auto in
-# alternating fresh processes, and the patch's suite on the real driver.
+# From the repository root of a commit from ef8e532 to 241614f (the patch applies to those): 64 MiB
+# downloads through the engine path at 8 threads with 2, 4 and 8 MiB chunks, main's 4 slots against
+# 8 (s8: PS_ENGINE_SLOTS 8 for both directions, as governor-slots/ measured); then
+# download-eight-slots.patch (8 slots of at most 4 MiB for downloads only, main's 32 MiB of pinned
+# memory at most) against main through auto in alternating fresh processes, and the patch's suite
+# on the real driver.
 set -u
-P=docs/benchmarks/findings/h100-2026-12-07/governor-slots/download-eight-slots.patch
+P=docs/benchmarks/findings/h100-2026-12-07/download-slots/download-eight-slots.patch
 r=/tmp/download-slots; rm -rf $r; mkdir -p $r
 pack() { tar czf $OUT/download-slots.tgz -C /tmp download-slots; }
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; lscpu | grep -E 'Model name|^CPU\(s\)'; } > $r/machine.txt 2>&1
