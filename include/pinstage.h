@@ -796,7 +796,7 @@ PINSTAGE_API int pinstage_numa_node_count(void);
  *    (downloads mirrored).
  * Pinned memory: the staging routes use the buffer's one pinned allocation.
  * The engine needs at most 4 chunks of at most 8 MiB of it (downloads 8 of
- * at most 4 MiB), so a transfer of any size pins at most 32 MiB; capacity,
+ * at most 2 MiB), so a transfer of any size pins at most 32 MiB; capacity,
  * reserve, shrink_to_fit and the stats (peak_capacity, pinned_allocations)
  * describe that same allocation. */
 #define PINSTAGE_ROUTE_PAGEABLE 0
@@ -806,7 +806,8 @@ PINSTAGE_API int pinstage_numa_node_count(void);
 typedef enum pinstage_direction { PINSTAGE_H2D = 0, PINSTAGE_D2H = 1 } pinstage_direction;
 
 /* One route choice. For the staging routes: `chunk` bytes per chunk (0: the
- * whole transfer, at most 8 MiB) and `threads` sharing each chunk's host
+ * whole transfer; the engine takes at most 8 MiB for uploads and 2 MiB for
+ * downloads, whatever is asked) and `threads` sharing each chunk's host
  * copy, the calling thread included (0: the pool's workers and the caller). */
 typedef struct pinstage_plan {
     int route;

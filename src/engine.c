@@ -3,7 +3,7 @@
  * by the pool's threads while the calling thread makes the driver calls.
  *
  * Slots: chunk k lives at offset (k % slots) * chunk of the stage: 4 slots
- * of at most 8 MiB for uploads, 8 of at most 4 MiB for downloads (policy.h).
+ * of at most 8 MiB for uploads, 8 of at most 2 MiB for downloads (policy.h).
  * A slot is written (upload) or read (download) again only after the event
  * recorded behind its previous DMA has completed, so no DMA ever reads or
  * writes bytes still in use. The call ends by waiting for the event behind
@@ -68,10 +68,10 @@ static inline void cpu_pause(void) {
 
 static unsigned slots_for(ps_direction dir) { return dir == PS_D2H ? PS_ENGINE_D2H_SLOTS : PS_ENGINE_SLOTS; }
 
-/* A chunk of at most the footprint's share of one slot: downloads go round
- * twice the slots, each at most half the largest chunk. */
+/* The plan's chunk, within the direction's largest (policy.h), and large
+ * enough that the transfer needs at most MAX_CHUNKS. */
 static size_t chunk_bytes(ps_direction dir, size_t bytes, const ps_plan *plan) {
-    size_t most = PS_ENGINE_MAX_FOOTPRINT / slots_for(dir);
+    size_t most = dir == PS_D2H ? PS_ENGINE_D2H_MAX_CHUNK : PS_ENGINE_MAX_CHUNK;
     size_t chunk = plan->chunk ? plan->chunk : bytes;
     if (chunk > most) chunk = most;
     size_t fewest = (bytes + MAX_CHUNKS - 1) / MAX_CHUNKS;

@@ -19,15 +19,18 @@
 #define PS_CLASSES 33
 
 /* The engine's pinned footprint: uploads go round at most 4 slots of at
- * most 8 MiB, downloads 8 slots of at most 4 MiB, so a transfer of any size
- * pins at most 32 MiB. Downloads queue their DMAs deeper: on an H100
- * machine every 64 MiB download through 8 slots of 4 MiB was faster than
- * every one through main's 4 of 8 MiB, 0.841-0.849 of the floor against
- * 0.816-0.822 (docs/findings.md, "Eight download slots in 32 MiB"). */
+ * most 8 MiB (32 MiB), downloads 8 slots of at most 2 MiB (16 MiB). Downloads
+ * queue their DMAs deeper in smaller chunks: on an H100 machine 64 MiB
+ * downloads through auto took 0.816-0.822 of the floor through 4 slots of
+ * 8 MiB, 0.841-0.849 through 8 of 4 MiB and 0.867-0.872 through 8 of 2 MiB
+ * (16 of 2 MiB: no faster), fresh processes alternating (docs/findings.md,
+ * "Eight download slots in 32 MiB"). */
 #define PS_ENGINE_SLOTS 4
-#define PS_ENGINE_D2H_SLOTS 8
-#define PS_ENGINE_MAX_SLOTS 8
 #define PS_ENGINE_MAX_CHUNK ((size_t)8 << 20)
+#define PS_ENGINE_D2H_SLOTS 8
+#define PS_ENGINE_D2H_MAX_CHUNK ((size_t)2 << 20)
+#define PS_ENGINE_MAX_SLOTS 8
+/* The most pinned memory any engine transfer needs. */
 #define PS_ENGINE_MAX_FOOTPRINT (PS_ENGINE_SLOTS * PS_ENGINE_MAX_CHUNK)
 
 typedef enum ps_direction { PS_H2D = 0, PS_D2H = 1 } ps_direction;

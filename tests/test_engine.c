@@ -207,7 +207,8 @@ static void a_failure_in_a_ramped_download_leaves_the_buffer_usable(void) {
     free(back);
 }
 
-/* Pinned memory is bounded by the slots, not the transfer. */
+/* Pinned memory is bounded by the slots, not the transfer: uploads pin at
+ * most 4 chunks of 8 MiB, downloads 8 of 2 MiB. */
 static void a_large_transfer_pins_at_most_32_mib(void) {
     size_t bytes = emu ? 40 * M : 256 * M;
     pinstage_buffer *buf;
@@ -219,6 +220,25 @@ static void a_large_transfer_pins_at_most_32_mib(void) {
     CHECK(st.peak_capacity <= 32 * M);
     CHECK_EQ(st.engine_transfers, 2);
     if (emu) CHECK(live_now().pinned_bytes <= 32 * M + 64 * K);
+
+    /* A download alone goes round 8 slots of at most 2 MiB: 16 MiB. */
+    unsigned char *host = malloc(bytes);
+    pinstage_devbuf *d;
+    REQUIRE_OK(pinstage_devbuf_alloc_u8(&d, bytes));
+    fill_pattern(host, bytes, 1301);
+    CHECK_OK(pinstage_buffer_upload(buf, d, host, bytes, nonblocking));
+    pinstage_buffer *down;
+    REQUIRE_OK(pinstage_buffer_create(&down));
+    pinstage_buffer_set_auto_stage_max_bytes(down, SIZE_MAX);
+    memset(host, 0, bytes);
+    CHECK_OK(pinstage_buffer_download(down, host, bytes, d, nonblocking));
+    CHECK_EQ(pattern_mismatch(host, bytes, 1301), -1);
+    pinstage_buffer_stats(down, &st);
+    CHECK_EQ(st.engine_transfers, 1);
+    CHECK(st.peak_capacity <= 16 * M);
+    pinstage_buffer_free(down);
+    pinstage_devbuf_free(d);
+    free(host);
     pinstage_buffer_free(buf);
 }
 
