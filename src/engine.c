@@ -66,6 +66,10 @@ static inline void cpu_pause(void) {
 #endif
 }
 
+_Static_assert(PS_ENGINE_SLOTS <= PS_ENGINE_MAX_SLOTS && PS_ENGINE_D2H_SLOTS <= PS_ENGINE_MAX_SLOTS,
+               "a buffer makes PS_ENGINE_MAX_SLOTS events, one a slot");
+_Static_assert(PS_ENGINE_MAX_SLOTS <= COUNTERS, "a ring's chunks each need a copy counter");
+
 static unsigned slots_for(ps_direction dir) { return dir == PS_D2H ? PS_ENGINE_D2H_SLOTS : PS_ENGINE_SLOTS; }
 
 /* The plan's chunk, within the direction's largest (policy.h), and large
@@ -491,7 +495,7 @@ pinstage_status ps_engine_d2h(const ps_driver *d, ps_pool *pool, const ps_stage 
         }
         /* A slot copied out takes the next chunk's DMA; where the transfer
          * fits the stage, the next chunk needs only the event of the chunk
-         * four before, free once that chunk was seen landed. */
+         * a ring before, free once that chunk was seen landed. */
         if (queued < n && (sch.fits ? queued < opened + sch.slots : chunk_copied(&f, queued - sch.slots))) {
             if (!sch.fits) {
                 ps_trace_chunk(f.trace, (unsigned)(queued - sch.slots), PS_TRACE_COPIED);

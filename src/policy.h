@@ -20,7 +20,7 @@
 
 /* The engine's pinned footprint: uploads go round at most 4 slots of at
  * most 8 MiB (32 MiB), downloads 8 slots of at most 2 MiB (16 MiB). Downloads
- * queue their DMAs deeper in smaller chunks: on an H100 machine 64 MiB
+ * queue their DMAs deeper in smaller chunks: on H100 machines 64 MiB
  * downloads through auto took 0.816-0.822 of the floor through 4 slots of
  * 8 MiB, 0.841-0.849 through 8 of 4 MiB and 0.867-0.872 through 8 of 2 MiB
  * (16 of 2 MiB: no faster), fresh processes alternating (docs/findings.md,

@@ -393,8 +393,8 @@ static void placement_follows_the_devices_numa_nodes(void) {
     }
     CHECK(blocks >= 8);
     CHECK_EQ(during.pinned_allocations, before.pinned_allocations);
-    /* One block each live now (a buffer that grew for its download freed
-     * the block before). */
+    /* One block live for each of the 4 buffers and 4 rings (a buffer that
+     * grew for its download freed the block before). */
     CHECK_EQ(during.registered_ranges, before.registered_ranges + 8);
     pinstage_pool_info info;
     pinstage_pool_get_info(&info);
