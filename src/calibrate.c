@@ -43,8 +43,9 @@ static size_t add(candidate *c, size_t n, int route, size_t chunk, unsigned thre
 /* The routes worth trying at one size: one chunk split across threads for
  * up to a few MiB, several chunk sizes above; from 8 MiB the fast mode
  * tries only 2-8 MiB chunks (from 16 MiB, 2 and 8) on 4 threads or more,
- * where every thorough winner on the H200 machine lay. */
-static size_t candidates_for(size_t bytes, unsigned all_threads, int thorough, candidate *c) {
+ * where every thorough winner on the H200 machine lay. No chunk above the
+ * direction's largest (policy.h): it would run as that one. */
+static size_t candidates_for(ps_direction dir, size_t bytes, unsigned all_threads, int thorough, candidate *c) {
     static const size_t chunks_fast[] = {256 * K, 1 * M, 2 * M, 4 * M, 8 * M};
     static const size_t chunks_thorough[] = {64 * K, 128 * K, 256 * K, 512 * K, 1 * M, 2 * M, 4 * M, 8 * M};
     static const unsigned threads_fast[] = {2, 4, 8, 0};
@@ -54,6 +55,7 @@ static size_t candidates_for(size_t bytes, unsigned all_threads, int thorough, c
     const unsigned *threads = thorough ? threads_thorough : threads_fast;
     size_t nthreads = thorough ? 8 : 4;
     int large = !thorough && bytes >= 8 * M;
+    size_t most = ps_engine_max_chunk(dir); /* a larger chunk would run as this one: not a candidate */
     size_t n = 0;
     n = add(c, n, PINSTAGE_ROUTE_PAGEABLE, 0, 0);
     /* One thread's copy never wins at tens of MiB: not worth the time. */
@@ -63,14 +65,14 @@ static size_t candidates_for(size_t bytes, unsigned all_threads, int thorough, c
         unsigned th = threads[t] >= all_threads ? 0 : threads[t];
         if (!thorough && bytes >= M && th && th < 4) continue;
         if (bytes / 8192 < (th ? th : all_threads) / 2) continue; /* pieces under 16 KiB */
-        if (bytes <= PS_ENGINE_MAX_CHUNK) n = add(c, n, PINSTAGE_ROUTE_ENGINE, 0, th);
+        if (bytes <= most) n = add(c, n, PINSTAGE_ROUTE_ENGINE, 0, th);
         if (bytes <= M) {
             if (bytes >= 64 * K) n = add(c, n, PINSTAGE_ROUTE_ENGINE, bytes / 2, th);
             if (bytes >= 128 * K && thorough) n = add(c, n, PINSTAGE_ROUTE_ENGINE, bytes / 4, th);
             continue;
         }
         for (size_t k = large ? 2 : 0; k < nchunks; k++)
-            if (chunks[k] < bytes && !(large && bytes >= 16 * M && chunks[k] == 4 * M))
+            if (chunks[k] < bytes && chunks[k] <= most && !(large && bytes >= 16 * M && chunks[k] == 4 * M))
                 n = add(c, n, PINSTAGE_ROUTE_ENGINE, chunks[k], th);
     }
     return n;
@@ -115,7 +117,7 @@ static pinstage_status measure_class(bench_state *b, ps_direction dir, unsigned 
                                      int thorough, ps_class_plan *out) {
     size_t bytes = ps_class_bytes(cls);
     candidate c[MAX_CANDIDATES];
-    size_t n = candidates_for(bytes, all_threads, thorough, c);
+    size_t n = candidates_for(dir, bytes, all_threads, thorough, c);
     int per_round = bytes >= 16 * M ? (thorough ? 3 : 1) : bytes >= M ? (thorough ? 5 : 3) : (thorough ? 11 : 5);
     int reps = per_round * ROUNDS, warmup = bytes >= 16 * M ? 1 : 2;
     static double samples[MAX_CANDIDATES][ROUNDS * 11];

@@ -75,7 +75,7 @@ static unsigned slots_for(ps_direction dir) { return dir == PS_D2H ? PS_ENGINE_D
 /* The plan's chunk, within the direction's largest (policy.h), and large
  * enough that the transfer needs at most MAX_CHUNKS. */
 static size_t chunk_bytes(ps_direction dir, size_t bytes, const ps_plan *plan) {
-    size_t most = dir == PS_D2H ? PS_ENGINE_D2H_MAX_CHUNK : PS_ENGINE_MAX_CHUNK;
+    size_t most = ps_engine_max_chunk(dir);
     size_t chunk = plan->chunk ? plan->chunk : bytes;
     if (chunk > most) chunk = most;
     size_t fewest = (bytes + MAX_CHUNKS - 1) / MAX_CHUNKS;

@@ -35,8 +35,13 @@
 
 typedef enum ps_direction { PS_H2D = 0, PS_D2H = 1 } ps_direction;
 
+/* A direction's largest chunk: a plan asking for more gets this. */
+static inline size_t ps_engine_max_chunk(ps_direction dir) {
+    return dir == PS_D2H ? PS_ENGINE_D2H_MAX_CHUNK : PS_ENGINE_MAX_CHUNK;
+}
+
 /* A route, and for the staging routes the chunk size (0: the whole
- * transfer, capped at PS_ENGINE_MAX_CHUNK) and the threads sharing each
+ * transfer, capped at ps_engine_max_chunk) and the threads sharing each
  * chunk's host copy, the caller included (0: all). */
 typedef pinstage_plan ps_plan;
 

@@ -66,8 +66,18 @@ static void calibration_measures_every_class(void) {
             pinstage_plan plan;
             CHECK_OK(pinstage_profile_plan(measured, d ? PINSTAGE_D2H : PINSTAGE_H2D, bytes, &plan));
             CHECK(plan.route >= PINSTAGE_ROUTE_PAGEABLE && plan.route <= PINSTAGE_ROUTE_ENGINE);
-            CHECK(plan.chunk <= ((size_t)8 << 20));
+            /* Downloads run in chunks of at most 2 MiB: a larger candidate
+             * would have been timed as a 2 MiB one and named wrongly. */
+            CHECK(plan.chunk <= (d ? ((size_t)2 << 20) : ((size_t)8 << 20)));
         }
+    /* Neither column of a download row names a chunk above 2 MiB. */
+    for (const char *row = strstr(text, "\nd2h "); row; row = strstr(row + 1, "\nd2h ")) {
+        unsigned long long bytes, best_chunk, staging_chunk;
+        char best[16], staging[16];
+        CHECK_EQ(sscanf(row, " d2h %llu %15s %llu %*u %15s %llu", &bytes, best, &best_chunk, staging, &staging_chunk),
+                 5);
+        CHECK(best_chunk <= ((size_t)2 << 20) && staging_chunk <= ((size_t)2 << 20));
+    }
     /* A measured row carries its times. */
     CHECK(strstr(text, "\nh2d        4096  ") != NULL);
     free(text);
