@@ -47,6 +47,8 @@ def check_record(rec, where):
     check(int(rec["reps"]) >= 1, f"{where}: reps")
     mn, p10, med, p90 = (float(rec[k]) for k in ("min_us", "p10_us", "median_us", "p90_us"))
     check(0 < mn <= p10 <= med <= p90, f"{where}: min <= p10 <= median <= p90 ({mn}, {p10}, {med}, {p90})")
+    if "mean_us" in rec:  # JSON records: the mean of the same calls lies within them
+        check(float(rec["mean_us"]) >= mn, f"{where}: mean >= min ({rec['mean_us']}, {mn})")
     gbps = float(rec["gbps"])
     check(abs(gbps - int(rec["bytes"]) / (med * 1e3)) <= 0.01 * gbps + 1e-3, f"{where}: gbps is bytes/median")
     if rec["path"] == "pageable":
@@ -255,6 +257,7 @@ def main():
         check(len(results) == len(SIZES) * 2 * len(PATHS), f"json has {len(results)} results")
         for i, rec in enumerate(results):
             check_record(rec, f"json result {i}")
+            check("mean_us" in rec, f"json result {i} carries the mean")
         check(not any("gap_cpu_us_per_gb" in x for x in results), "no gap CPU without --paced")
         # Paths of upload / download say which share of their timed calls took the pageable
         # route: all of them with threshold 0, none with a fixed staging profile.
@@ -459,6 +462,7 @@ def main():
                   x["path"] == "pageable-async" and x["condition"] == "cpu-load" and x["direction"] == "h2d" and
                   x["bytes"] <= 1 << 20, f"row {x}")
             check(x["median_us"] > 0 and x["cpu_us_per_gb"] >= 0, f"row figures {x}")
+            check(x["mean_us"] > 0 and (x["reps"] > 1 or x["mean_us"] == x["median_us"]), f"row mean {x}")
             # auto is upload / download: which route its timed calls took.
             if x["path"] == "auto":
                 check(0 <= x.get("pageable_share", -1) <= 1, f"auto rows carry their pageable share {x}")

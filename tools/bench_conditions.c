@@ -51,7 +51,7 @@ typedef struct {
     size_t bytes;
     char path[24];
     size_t reps;
-    double median_us, p10_us, p90_us, cpu_us_per_gb;
+    double median_us, p10_us, p90_us, mean_us, cpu_us_per_gb;
     double gap_cpu_us_per_gb; /* paced: the other threads' CPU in the gap before each call; -1: not measured */
     double memcpy_gbps, bound_us;                                    /* 0: not measured */
     double pageable_share; /* auto: timed calls that took the pageable route / reps; -1: not a buffer path */
@@ -347,6 +347,7 @@ static int measure(cond_state *st, const char *condition, bench_direction d, siz
         r->median_us = res[i].median_us;
         r->p10_us = res[i].p10_us;
         r->p90_us = res[i].p90_us;
+        r->mean_us = res[i].mean_us;
         r->cpu_us_per_gb = res[i].cpu_us_per_gb;
         r->gap_cpu_us_per_gb = res[i].gap_cpu_us_per_gb;
         r->pageable_share = res[i].pageable_share;
@@ -389,9 +390,9 @@ int bench_conditions_child(const conditions_options *o, unsigned process) {
             cond_row *first;
             if ((rc = measure(&st, "fresh-process", (bench_direction)d, o->sizes[z], three_paths, 3, &ro, &first))) break;
             for (cond_row *r = first; r < st.rows + st.count; r++)
-                printf("row %s %zu %s %zu %.3f %.3f %.3f %.1f %.3f %.4f %u\n", bench_direction_name(r->dir), r->bytes,
-                       r->path, r->reps, r->median_us, r->p10_us, r->p90_us, r->cpu_us_per_gb, m, r->pageable_share,
-                       r->engine_threads);
+                printf("row %s %zu %s %zu %.3f %.3f %.3f %.3f %.1f %.3f %.4f %u\n", bench_direction_name(r->dir),
+                       r->bytes, r->path, r->reps, r->median_us, r->p10_us, r->p90_us, r->mean_us, r->cpu_us_per_gb, m,
+                       r->pageable_share, r->engine_threads);
         }
     (void)process;
     fflush(stdout);
@@ -441,10 +442,10 @@ static int fresh_processes(cond_state *st) {
         while (in && fgets(line, sizeof line, in)) {
             char dir[8], path[24];
             size_t bytes, reps;
-            double med, p10, p90, cpu, m, share;
+            double med, p10, p90, mean, cpu, m, share;
             unsigned threads;
-            if (sscanf(line, "row %7s %zu %23s %zu %lf %lf %lf %lf %lf %lf %u", dir, &bytes, path, &reps, &med, &p10,
-                       &p90, &cpu, &m, &share, &threads) != 11)
+            if (sscanf(line, "row %7s %zu %23s %zu %lf %lf %lf %lf %lf %lf %lf %u", dir, &bytes, path, &reps, &med, &p10,
+                       &p90, &mean, &cpu, &m, &share, &threads) != 12)
                 continue;
             cond_row *r = new_row(st, "fresh-process");
             if (!r) break;
@@ -456,6 +457,7 @@ static int fresh_processes(cond_state *st) {
             r->median_us = med;
             r->p10_us = p10;
             r->p90_us = p90;
+            r->mean_us = mean;
             r->cpu_us_per_gb = cpu;
             r->memcpy_gbps = m;
             r->pageable_share = share;
@@ -615,6 +617,9 @@ static int concurrent(cond_state *st, unsigned threads, bench_direction d, size_
     r->median_us = bench_quantile(all, calls, 0.5);
     r->p10_us = bench_quantile(all, calls, 0.1);
     r->p90_us = bench_quantile(all, calls, 0.9);
+    double all_us = 0;
+    for (size_t i = 0; i < calls; i++) all_us += all[i];
+    r->mean_us = calls ? all_us / (double)calls : 0;
     free(all);
     r->aggregate_gbps = total / (wall * 1e3);
     r->cpu_us_per_gb = total > 0 ? cpu / (total / 1e9) : 0;
@@ -639,8 +644,10 @@ static void json_row(FILE *out, const cond_row *r, int last) {
     if (r->pageable_share >= 0) fprintf(out, "\"pageable_share\": %.4f, ", r->pageable_share);
     if (r->engine_threads) fprintf(out, "\"engine_threads\": %u, ", r->engine_threads);
     if (r->gap_cpu_us_per_gb >= 0) fprintf(out, "\"gap_cpu_us_per_gb\": %.1f, ", r->gap_cpu_us_per_gb);
-    fprintf(out, "\"reps\": %zu, \"median_us\": %.3f, \"p10_us\": %.3f, \"p90_us\": %.3f, \"cpu_us_per_gb\": %.1f}%s\n",
-            r->reps, r->median_us, r->p10_us, r->p90_us, r->cpu_us_per_gb, last ? "" : ",");
+    fprintf(out,
+            "\"reps\": %zu, \"median_us\": %.3f, \"p10_us\": %.3f, \"p90_us\": %.3f, \"mean_us\": %.3f, "
+            "\"cpu_us_per_gb\": %.1f}%s\n",
+            r->reps, r->median_us, r->p10_us, r->p90_us, r->mean_us, r->cpu_us_per_gb, last ? "" : ",");
 }
 
 static void json_report(FILE *out, const cond_state *st, const bench_context *ctx) {

@@ -234,6 +234,8 @@ int bench_measure(bench_cell *c, const bench_path **paths, size_t npaths, const 
     for (size_t p = 0; p < npaths; p++) {
         if (!rc) {
             qsort(samples[p], reps, sizeof(double), bench_compare_double);
+            double sum = 0;
+            for (size_t i = 0; i < reps; i++) sum += samples[p][i];
             bench_result *res = &out[p];
             res->direction = c->direction;
             res->bytes = c->bytes;
@@ -244,6 +246,7 @@ int bench_measure(bench_cell *c, const bench_path **paths, size_t npaths, const 
             res->min_us = samples[p][0];
             res->p10_us = bench_quantile(samples[p], reps, 0.1);
             res->p90_us = bench_quantile(samples[p], reps, 0.9);
+            res->mean_us = sum / (double)reps;
             res->gbps = (double)c->bytes / (res->median_us * 1e3);
             res->cpu_us_per_gb = cpu[p] / ((double)c->bytes * (double)reps / 1e9);
             res->gap_cpu_us_per_gb = o->before_call ? gap_cpu[p] / ((double)c->bytes * (double)reps / 1e9) : -1;
