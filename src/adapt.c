@@ -31,6 +31,14 @@
 #define STALE_PROBE_EVERY 4u
 #define PROBE_EVERY_MAX 128u
 #define PROBE_INTERVAL_NS 250000000ull
+/* And a probe (other than the repeat of one that won or ran cold) waits
+ * PROBE_SPACING times what its route's last sample took since the previous
+ * probe, so probes of a slow route take at most about 1/PROBE_SPACING of
+ * the time. At 256 MiB the pageable path took 4.6-6.8 times the engine's
+ * time in the H200's sweep (docs/benchmarks.md), so one probe each 250 ms
+ * would take 9-15% of a busy class's time, which the median of the calls
+ * never shows. */
+#define PROBE_SPACING 32u
 /* A transfer of the route taken is timed once every TIME_EVERY of them, and
  * whenever that route's newest sample is TIME_GAP_NS old (probes always
  * are). A 4 KiB upload lands in a few microseconds, and three more clock
@@ -156,6 +164,9 @@ static void keep_newest(samples *s, unsigned n) {
 /* When the newest sample was taken; 0 when there is none. */
 static uint64_t newest(const samples *s) { return s->count ? s->at[(s->next + SAMPLES - 1) % SAMPLES] : 0; }
 
+/* The newest sample's ns per byte, however old; 0 when there is none. */
+static float latest(const samples *s) { return s->count ? s->per_byte[(s->next + SAMPLES - 1) % SAMPLES] : 0; }
+
 static unsigned fresh(const samples *s, uint64_t now) {
     unsigned n = 0;
     for (unsigned i = 0; i < s->count; i++) n += now - s->at[i] <= FRESH_NS;
@@ -204,7 +215,12 @@ ps_adapt_pick ps_adapt_choose(ps_direction dir, size_t bytes, ps_plan profiled, 
      * route for seconds. */
     unsigned every = c->wins ? 1 : e[probe_side] > 0 ? c->probe_every : STALE_PROBE_EVERY;
     ++c->since_probe;
-    if (c->since_probe >= every || (c->since_probe >= STALE_PROBE_EVERY && now - c->last_probe > PROBE_INTERVAL_NS)) {
+    int due = c->since_probe >= every ||
+              (c->since_probe >= STALE_PROBE_EVERY && now - c->last_probe > PROBE_INTERVAL_NS);
+    /* What the probe would cost, from its route's newest sample of any age. */
+    float cost = c->side[probe_side].count ? latest(&c->side[probe_side]) * (float)bytes : 0;
+    if (due && !c->wins && !c->cold_retry && now - c->last_probe < (uint64_t)(PROBE_SPACING * cost)) due = 0;
+    if (due) {
         c->since_probe = 0;
         c->last_probe = now;
         c->probes++;

@@ -93,12 +93,15 @@ static void follows_the_faster_route_and_back(void) {
     for (int i = 0; i < 40; i++) round_trip(r.buf, r.d, r.src, r.back, r.bytes, r.seed++);
     pinstage_buffer_stats(r.buf, &st);
     CHECK_EQ(st.route_overrides, 0);
-    CHECK(st.route_probes >= 4); /* the pageable route was measured */
+    /* The pageable route was measured, and at 30 ms a probe it is probed
+     * again only 32 probes' time (about a second) later: a few probes in
+     * all, not one every 16th transfer. */
+    CHECK(st.route_probes >= 1);
     CHECK(st.pageable_transfers == st.route_probes);
     pinstage_route_info info;
     CHECK_OK(pinstage_route_get_info(PINSTAGE_H2D, r.bytes, &info));
-    CHECK(info.pageable_us > info.staging_us);
-    CHECK(info.pageable_samples >= 3 && info.staging_samples >= 3);
+    CHECK(info.pageable_samples >= 1 && info.staging_samples >= 3);
+    CHECK(info.pageable_us == 0 || info.pageable_us > info.staging_us);
     CHECK_EQ(info.adaptive, 1);
     printf("#   pageable slow: pageable %.0f us, staging %.0f us; %llu probes\n", info.pageable_us, info.staging_us,
            (unsigned long long)st.route_probes);
@@ -262,7 +265,9 @@ static void every_eighth_transfer_of_the_route_taken_is_timed(void) {
     pinstage_route_reset();
     ps_adapt_pick pick = ps_adapt_choose(PS_H2D, bytes, profiled, other);
     CHECK(pick.timed && !pick.probe); /* no sample yet */
-    ps_adapt_record(PS_H2D, bytes, PINSTAGE_ROUTE_PAGEABLE, 10 * bytes);
+    /* Times of 4 and 8 ns: a probe's spacing (32 times its route's last
+     * time) is then shorter than the choices between two probes take. */
+    ps_adapt_record(PS_H2D, bytes, PINSTAGE_ROUTE_PAGEABLE, 4);
     /* The probes measure the other route 2x slower, so the choice holds. */
     double t0 = now_s();
     unsigned taken = 0, timed_taken = 0, probes = 0, off_beat = 0;
@@ -271,7 +276,7 @@ static void every_eighth_transfer_of_the_route_taken_is_timed(void) {
         if (pick.probe) {
             probes++;
             CHECK(pick.timed && pick.plan.route == PINSTAGE_ROUTE_STAGED);
-            ps_adapt_record(PS_H2D, bytes, PINSTAGE_ROUTE_STAGED, 20 * bytes);
+            ps_adapt_record(PS_H2D, bytes, PINSTAGE_ROUTE_STAGED, 8);
             continue;
         }
         CHECK_EQ(pick.plan.route, PINSTAGE_ROUTE_PAGEABLE);
@@ -279,7 +284,7 @@ static void every_eighth_transfer_of_the_route_taken_is_timed(void) {
         if (pick.timed) {
             timed_taken++;
             off_beat += taken % 8 != 0;
-            ps_adapt_record(PS_H2D, bytes, PINSTAGE_ROUTE_PAGEABLE, 10 * bytes);
+            ps_adapt_record(PS_H2D, bytes, PINSTAGE_ROUTE_PAGEABLE, 4);
         }
     }
     CHECK(probes >= 2);
@@ -293,7 +298,7 @@ static void every_eighth_transfer_of_the_route_taken_is_timed(void) {
      * came since the last timed one. */
     do pick = ps_adapt_choose(PS_H2D, bytes, profiled, other);
     while (pick.probe || !pick.timed);
-    ps_adapt_record(PS_H2D, bytes, PINSTAGE_ROUTE_PAGEABLE, 10 * bytes);
+    ps_adapt_record(PS_H2D, bytes, PINSTAGE_ROUTE_PAGEABLE, 4);
     struct timespec pause = {0, 101000000};
     nanosleep(&pause, NULL);
     do pick = ps_adapt_choose(PS_H2D, bytes, profiled, other);
@@ -315,10 +320,15 @@ static void every_eighth_transfer_of_the_route_taken_is_timed(void) {
     pinstage_route_info info;
     CHECK_OK(pinstage_route_get_info(PINSTAGE_H2D, bytes, &info));
     CHECK_EQ(info.chosen, PINSTAGE_ADAPT_PAGEABLE);
-    CHECK(info.probes >= 2 && info.staging_samples <= info.probes);
-    if (took < 0.09)
+    CHECK(info.probes >= 1 && info.staging_samples <= info.probes);
+    if (took < 0.09) {
+        /* The first probe (the 4th upload: no estimate yet) took 4 ms; the
+         * next waits 32 times that, but for the repeat of a probe that woke
+         * the engine's threads, whose time is not kept. Without the spacing
+         * every 4th upload probed. */
+        CHECK(info.probes <= 2);
         CHECK_EQ(info.pageable_samples, 1 + (30 - info.probes - 1) / 8);
-    else
+    } else
         printf("#   skipped the sample count: 30 uploads took %.1f ms\n", took * 1e3);
     CHECK_OK(pinstage_buffer_download(r.buf, r.back, bytes, r.d, stream));
     CHECK_EQ(pattern_mismatch(r.back, bytes, 7), -1);
@@ -364,6 +374,50 @@ static void a_winning_probe_is_repeated_at_once(void) {
     int probes = 0;
     for (int i = 0; i < 3; i++) probes += ps_adapt_choose(PS_D2H, bytes, profiled, other).probe;
     CHECK_EQ(probes, 0);
+    pinstage_route_reset();
+}
+
+/* A probe of a route far slower than the one taken comes only once 32
+ * times its last time has passed since the previous probe, so probes take
+ * about 1/32 of a busy class's time whatever the transfers' length; a
+ * probe that won is repeated at once all the same. */
+static void probes_of_a_slow_route_are_spaced_by_their_cost(void) {
+    const size_t bytes = 1 * M;
+    ps_plan profiled = {PINSTAGE_ROUTE_ENGINE, 0, 0}, other = {PINSTAGE_ROUTE_PAGEABLE, 0, 0};
+    const uint64_t taken_ns = 500000, probe_ns = 3000000; /* the pageable route 6x slower: 96 ms apart */
+    pinstage_route_reset();
+    for (int i = 0; i < 3; i++) ps_adapt_record(PS_H2D, bytes, PINSTAGE_ROUTE_ENGINE, taken_ns);
+    /* 300 ms of choices as fast as they come, each probe and every 8th
+     * taken transfer recorded at its route's time. */
+    double t0 = now_s(), last_probe = 0, closest = 1;
+    unsigned probes = 0, choices = 0;
+    while (now_s() - t0 < 0.3) {
+        ps_adapt_pick pick = ps_adapt_choose(PS_H2D, bytes, profiled, other);
+        choices++;
+        if (pick.probe) {
+            double at = now_s();
+            if (probes && at - last_probe < closest) closest = at - last_probe;
+            last_probe = at;
+            probes++;
+            CHECK_EQ(pick.plan.route, PINSTAGE_ROUTE_PAGEABLE);
+            ps_adapt_record(PS_H2D, bytes, PINSTAGE_ROUTE_PAGEABLE, probe_ns);
+        } else {
+            CHECK_EQ(pick.plan.route, PINSTAGE_ROUTE_ENGINE);
+            if (pick.timed) ps_adapt_record(PS_H2D, bytes, PINSTAGE_ROUTE_ENGINE, taken_ns);
+        }
+    }
+    printf("#   %u choices in 300 ms: %u probes, the closest %.1f ms apart\n", choices, probes, closest * 1e3);
+    CHECK(probes >= 1 && probes <= 4);
+    if (probes > 1) CHECK(closest >= 0.095); /* the library reads its clock a little apart from this one */
+    /* A probe that wins is repeated by the next transfer, spacing or not. */
+    do {
+        ps_adapt_pick pick = ps_adapt_choose(PS_H2D, bytes, profiled, other);
+        if (pick.probe) break;
+        if (pick.timed) ps_adapt_record(PS_H2D, bytes, PINSTAGE_ROUTE_ENGINE, taken_ns);
+    } while (now_s() - t0 < 5);
+    ps_adapt_record(PS_H2D, bytes, PINSTAGE_ROUTE_PAGEABLE, taken_ns / 4); /* load came: the pageable route wins */
+    ps_adapt_pick again = ps_adapt_choose(PS_H2D, bytes, profiled, other);
+    CHECK(again.probe && again.plan.route == PINSTAGE_ROUTE_PAGEABLE);
     pinstage_route_reset();
 }
 
@@ -418,6 +472,7 @@ int main(void) {
     RUN(estimates_follow_each_sample_and_age_out);
     RUN(every_eighth_transfer_of_the_route_taken_is_timed);
     RUN(a_winning_probe_is_repeated_at_once);
+    RUN(probes_of_a_slow_route_are_spaced_by_their_cost);
     RUN(follows_the_faster_route_and_back);
     RUN(switched_off_follows_the_profile);
     RUN(threads_adapt_together);
