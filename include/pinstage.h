@@ -893,11 +893,12 @@ PINSTAGE_API pinstage_status pinstage_buffer_set_profile(pinstage_buffer *buf, c
  * now and then to keep its estimate fresh: every 4th transfer of the class
  * while it has no estimate, then every 16th, backing off to every 128th
  * while it keeps measuring over 1.5x slower, but at least every 250 ms of
- * a class in use; and no sooner than 32 times its own last time after the
- * one before, so probes of a far slower route take about 1/32 of a busy
- * class's time (a 256 MiB upload's pageable probe, about 7 times the
- * engine's time on the H200 machine, comes about once a second), which the
- * median of the calls would never show. One that beats the route taken is tried again at once,
+ * a class in use; and no sooner than 32 times its own last time (at most
+ * 1 s) after the one before, so probes of a far slower route take about
+ * 1/32 of a busy class's time (a 256 MiB upload's pageable probe, about 7
+ * times the engine's time on the H200 machine, comes about once a second),
+ * which the median of the calls would never show. One that beats the route
+ * taken is tried again at once,
  * however old that side's other samples, and three such in a row take over,
  * so a change of load turns the choice within a few transfers of being seen.
  * Those transfers are counted in

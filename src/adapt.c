@@ -33,12 +33,15 @@
 #define PROBE_INTERVAL_NS 250000000ull
 /* And a probe (other than the repeat of one that won or ran cold) waits
  * PROBE_SPACING times what its route's last sample took since the previous
- * probe, so probes of a slow route take at most about 1/PROBE_SPACING of
- * the time. At 256 MiB the pageable path took 4.6-6.8 times the engine's
- * time in the H200's sweep (docs/benchmarks.md), so one probe each 250 ms
- * would take 9-15% of a busy class's time, which the median of the calls
- * never shows. */
+ * probe, up to PROBE_SPACING_MAX_NS, so probes of a slow route take about
+ * 1/PROBE_SPACING of the time (more only for probes over 31 ms). At
+ * 256 MiB the pageable path took 4.6-6.8 times the engine's time in the
+ * H200's sweep (docs/benchmarks.md), so one probe each 250 ms would take
+ * 9-15% of a busy class's time, which the median of the calls never shows.
+ * The cap keeps a route that measured very slow, and has since recovered,
+ * from waiting longer than a second to be seen. */
 #define PROBE_SPACING 32u
+#define PROBE_SPACING_MAX_NS 1000000000ull
 /* A transfer of the route taken is timed once every TIME_EVERY of them, and
  * whenever that route's newest sample is TIME_GAP_NS old (probes always
  * are). A 4 KiB upload lands in a few microseconds, and three more clock
@@ -217,9 +220,10 @@ ps_adapt_pick ps_adapt_choose(ps_direction dir, size_t bytes, ps_plan profiled, 
     ++c->since_probe;
     int due = c->since_probe >= every ||
               (c->since_probe >= STALE_PROBE_EVERY && now - c->last_probe > PROBE_INTERVAL_NS);
-    /* What the probe would cost, from its route's newest sample of any age. */
-    float cost = c->side[probe_side].count ? latest(&c->side[probe_side]) * (float)bytes : 0;
-    if (due && !c->wins && !c->cold_retry && now - c->last_probe < (uint64_t)(PROBE_SPACING * cost)) due = 0;
+    /* The probe's spacing, from its route's newest sample of any age. */
+    double spacing = c->side[probe_side].count ? PROBE_SPACING * (double)latest(&c->side[probe_side]) * (double)bytes : 0;
+    if (spacing > (double)PROBE_SPACING_MAX_NS) spacing = (double)PROBE_SPACING_MAX_NS;
+    if (due && !c->wins && !c->cold_retry && now - c->last_probe < (uint64_t)spacing) due = 0;
     if (due) {
         c->since_probe = 0;
         c->last_probe = now;

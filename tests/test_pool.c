@@ -1151,9 +1151,10 @@ static void a_buffer_repeats_a_cold_probe(void) {
     pinstage_route_reset();
     pinstage_set_adaptive(1);
     emu->set_host_rates(1000, 0); /* the driver's staging of pageable memory costs nothing */
-    /* The engine's time kept at 20 ms, far above the pageable route's: a
-     * probe of it comes 32 times that (640 ms) after the one before. */
-    const uint64_t slow_ns = 20000000;
+    /* The engine's time kept at 1 s, far above the pageable route's under a
+     * sanitizer too (at 20 ms they met under AddressSanitizer): a probe of
+     * it comes a second after the one before, the spacing's cap. */
+    const uint64_t slow_ns = 1000000000ull;
     for (int i = 0; i < 3; i++) ps_adapt_record(PS_H2D, bytes, PINSTAGE_ROUTE_ENGINE, slow_ns);
     int repeated = 0, probes_seen = 0;
     pinstage_stats before, after;
