@@ -220,10 +220,12 @@ ps_adapt_pick ps_adapt_choose(ps_direction dir, size_t bytes, ps_plan profiled, 
     ++c->since_probe;
     int due = c->since_probe >= every ||
               (c->since_probe >= STALE_PROBE_EVERY && now - c->last_probe > PROBE_INTERVAL_NS);
-    /* The probe's spacing, from its route's newest sample of any age. */
-    double spacing = c->side[probe_side].count ? PROBE_SPACING * (double)latest(&c->side[probe_side]) * (double)bytes : 0;
-    if (spacing > (double)PROBE_SPACING_MAX_NS) spacing = (double)PROBE_SPACING_MAX_NS;
-    if (due && !c->wins && !c->cold_retry && now - c->last_probe < (uint64_t)spacing) due = 0;
+    if (due && !c->wins && !c->cold_retry && c->side[probe_side].count) {
+        /* The probe's spacing, from its route's newest sample of any age. */
+        double spacing = PROBE_SPACING * (double)latest(&c->side[probe_side]) * (double)bytes;
+        if (spacing > (double)PROBE_SPACING_MAX_NS) spacing = (double)PROBE_SPACING_MAX_NS;
+        if (now - c->last_probe < (uint64_t)spacing) due = 0;
+    }
     if (due) {
         c->since_probe = 0;
         c->last_probe = now;

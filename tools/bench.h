@@ -63,7 +63,7 @@ typedef struct bench_result {
     const bench_path *path;
     size_t reps;
     double median_us, min_us, p10_us, p90_us;
-    double mean_us; /* what the calls took on average: a slow call now and then (a probe) shows here, not in the median */
+    double mean_us; /* a slow call now and then (a probe of the other route) shows here, not in the median */
     double gbps;      /* 1e9 bytes per second at the median */
     double ratio;     /* pageable median / this median; 0 if pageable not measured */
     double cpu_us_per_gb; /* process CPU time during the timed calls per 1e9 bytes moved */

@@ -444,8 +444,8 @@ static int fresh_processes(cond_state *st) {
             size_t bytes, reps;
             double med, p10, p90, mean, cpu, m, share;
             unsigned threads;
-            if (sscanf(line, "row %7s %zu %23s %zu %lf %lf %lf %lf %lf %lf %lf %u", dir, &bytes, path, &reps, &med, &p10,
-                       &p90, &mean, &cpu, &m, &share, &threads) != 12)
+            if (sscanf(line, "row %7s %zu %23s %zu %lf %lf %lf %lf %lf %lf %lf %u", dir, &bytes, path, &reps, &med,
+                       &p10, &p90, &mean, &cpu, &m, &share, &threads) != 12)
                 continue;
             cond_row *r = new_row(st, "fresh-process");
             if (!r) break;

@@ -121,10 +121,12 @@ static void json_report(FILE *out, const bench_context *c, const bench_result *r
         fprintf(out, "    {\"direction\": \"%s\", \"bytes\": %zu, \"label\": ", bench_direction_name(r[i].direction),
                 r[i].bytes);
         json_string(out, r[i].label);
-        fprintf(out, ", \"path\": \"%s\", \"reps\": %zu, \"median_us\": %.3f, \"min_us\": %.3f, \"p10_us\": %.3f, "
-                     "\"p90_us\": %.3f, \"mean_us\": %.3f, \"gbps\": %.3f, \"ratio_vs_pageable\": %.4f, \"cpu_us_per_gb\": %.1f, ",
-                r[i].path->name, r[i].reps, r[i].median_us, r[i].min_us, r[i].p10_us, r[i].p90_us, r[i].mean_us, r[i].gbps,
-                r[i].ratio, r[i].cpu_us_per_gb);
+        fprintf(out,
+                ", \"path\": \"%s\", \"reps\": %zu, \"median_us\": %.3f, \"min_us\": %.3f, \"p10_us\": %.3f, "
+                "\"p90_us\": %.3f, \"mean_us\": %.3f, \"gbps\": %.3f, \"ratio_vs_pageable\": %.4f, "
+                "\"cpu_us_per_gb\": %.1f, ",
+                r[i].path->name, r[i].reps, r[i].median_us, r[i].min_us, r[i].p10_us, r[i].p90_us, r[i].mean_us,
+                r[i].gbps, r[i].ratio, r[i].cpu_us_per_gb);
         if (r[i].pageable_share >= 0) fprintf(out, "\"pageable_share\": %.4f, ", r[i].pageable_share);
         if (r[i].engine_threads) fprintf(out, "\"engine_threads\": %u, ", r[i].engine_threads);
         if (r[i].gap_cpu_us_per_gb >= 0) fprintf(out, "\"gap_cpu_us_per_gb\": %.1f, ", r[i].gap_cpu_us_per_gb);
