@@ -69,6 +69,8 @@ static inline void cpu_pause(void) {
 _Static_assert(PS_ENGINE_SLOTS <= PS_ENGINE_MAX_SLOTS && PS_ENGINE_D2H_SLOTS <= PS_ENGINE_MAX_SLOTS,
                "a buffer makes PS_ENGINE_MAX_SLOTS events, one a slot");
 _Static_assert(PS_ENGINE_MAX_SLOTS <= COUNTERS, "a ring's chunks each need a copy counter");
+_Static_assert(PS_ENGINE_D2H_SLOTS * PS_ENGINE_D2H_MAX_CHUNK <= PS_ENGINE_MAX_FOOTPRINT,
+               "PS_ENGINE_MAX_FOOTPRINT, the uploads' ring, holds the downloads' ring too");
 
 static unsigned slots_for(ps_direction dir) { return dir == PS_D2H ? PS_ENGINE_D2H_SLOTS : PS_ENGINE_SLOTS; }
 
