@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Run from the repository root on a GPU machine: main against main with caller-copies-nothing.patch
-# (nh), the engine path at 64 MiB and auto in fresh processes, both directions.
+# Run from the repository root on a GPU machine: main against main with nh.patch (nh), the engine
+# path at 64 MiB and auto in fresh processes, both directions. As run on 2026-12-07 21:33 UTC, then
+# from unmeasured/caller-copies-nothing.sh and .patch; the paths are the files' committed places.
 set -u
 t0=$(date +%s)
 name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
@@ -8,7 +9,7 @@ r=/tmp/nohelp; rm -rf $r; mkdir -p $r
 pack() { tar czf $OUT/nohelp.tgz -C /tmp nohelp 2>/dev/null; }
 { echo "$name"; lscpu | grep -E 'Model name|^CPU\(s\)'; echo "engine.c $(sha1sum src/engine.c | cut -c1-12)"; } > $r/machine.txt
 for v in head nh; do rm -rf /tmp/t-$v; mkdir /tmp/t-$v; tar cf - --exclude=./build-gpu --exclude=./.git --exclude=./build --exclude=./build-tsan --exclude=./build-asan --exclude=./gpu-check-out . | tar xf - -C /tmp/t-$v; done
-(cd /tmp/t-nh && { patch -p1 -s < docs/benchmarks/findings/h100-2026-12-07/unmeasured/caller-copies-nothing.patch || git apply docs/benchmarks/findings/h100-2026-12-07/unmeasured/caller-copies-nothing.patch; }) || exit 1
+(cd /tmp/t-nh && { patch -p1 -s < docs/benchmarks/findings/h100-2026-12-07/caller-copies-nothing/nh.patch || git apply docs/benchmarks/findings/h100-2026-12-07/caller-copies-nothing/nh.patch; }) || exit 1
 diff src/engine.c /tmp/t-nh/src/engine.c > $r/nh.diff
 for v in head nh; do
   ( cmake -S /tmp/t-$v -B /tmp/b-$v -DCMAKE_BUILD_TYPE=Release > $r/build-$v.log 2>&1 && cmake --build /tmp/b-$v -j 8 --target pinstage-bench >> $r/build-$v.log 2>&1 ) &
