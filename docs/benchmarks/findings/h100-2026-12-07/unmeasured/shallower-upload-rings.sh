@@ -27,11 +27,19 @@ for v in head s3 s2; do
   /tmp/b-$v/tools/pinstage-bench --quiet --cold --sizes 64M --direction h2d --paths auto,floor --budget 2 --json $r/cold-$v-1.json -o $r/cold-$v-1.txt
 done
 pack
+# Timelines of 64 MiB uploads through auto, with every worker and with 3 (4 copying threads): when
+# each thread joined, how long its blocks took, whether the DMA queue ran dry.
+for v in head s2; do for p in 0 3; do a=""; [ $p != 0 ] && a="--pool-threads $p"
+  PINSTAGE_TRACE=/tmp/trace-$v-p$p.bin /tmp/b-$v/tools/pinstage-bench --quiet --sizes 64M --direction h2d --paths auto,floor --budget 1 $a --json $r/traced-$v.p$p-1.json -o $r/traced-$v.p$p-1.txt
+  /tmp/b-$v/tools/pinstage-bench --trace /tmp/trace-$v-p$p.bin > $r/trace-$v-p$p-summary.txt 2>&1
+done; done
+pack
 python3 - <<'PY'
 import json,glob,collections
 res=collections.defaultdict(list)
 for f in sorted(glob.glob('/tmp/slots/*-*.json')):
     kind,v,rnd=f.split('/')[-1][:-5].split('-')
+    if kind=='traced': continue
     m={(x['direction'],x['bytes'],x['path']):x for x in json.load(open(f))['results']}
     for (d,b,p),x in sorted(m.items()):
         if p=='auto':
