@@ -26,10 +26,10 @@
  * (16 of 2 MiB: no faster), fresh processes alternating (docs/findings.md,
  * "Eight download slots in 32 MiB"). Uploads gain nothing from depth: the
  * ring paces their copy with the DMA, and a copy that runs ahead slows it.
- * 8 slots were no faster, and holding a whole 64 MiB upload in the stage
- * took 0.765-0.791 of the floor against the ring's 0.815-0.834, 0.581 from
- * memory against 0.752 ("An upload that holds the whole transfer is slower
- * than the ring"). */
+ * On H100 machines 8 slots were no faster, and holding a whole 64 MiB
+ * upload in the stage took 0.765-0.791 of the floor against the ring's
+ * 0.815-0.834, 0.581 from memory against 0.752 ("An upload that holds the
+ * whole transfer is slower than the ring"). */
 #define PS_ENGINE_SLOTS 4
 #define PS_ENGINE_MAX_CHUNK ((size_t)8 << 20)
 #define PS_ENGINE_D2H_SLOTS 8
