@@ -9,10 +9,13 @@
  * 4 workers; pinstage's engine on 4 threads took 0.55-0.77. Where between the two the time goes:
  * the ring, the calling thread's copying, or the engine's own mechanics.
  *
- *   gcc -O2 -pthread ring-probe.c -ldl -o ring-probe && ./ring-probe [reps]
+ *   gcc -O2 -pthread ring-probe.c -ldl -o ring-probe && ./ring-probe [reps [workers [slots [passes]]]]
  *
- * Rows: median wall time over reps, from the first block to the last byte landed; share = the
- * floor's median (one 64 MiB DMA from the same stage) / the row's. */
+ * workers, slots: comma lists (default 3,4,6,8,14 and 0,4,2; slots 0: the whole stage); passes:
+ * how many times the grid runs (default 2, the second in reverse order of workers).
+ * Rows: median, 10th and 90th percentile of the wall time over reps, from the first block to the
+ * last byte landed; share = the floor's median (one 64 MiB DMA from the same stage) / the row's
+ * median. The run of ring-probe.txt here printed no percentiles (commit 3d51cf4). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <emmintrin.h>
@@ -197,6 +200,19 @@ static double median(double *t, int n) {
     return t[n / 2];
 }
 
+/* After median(): t is sorted. */
+static double pct(const double *t, int n, int p) { return t[(n - 1) * p / 100]; }
+
+static unsigned parse_list(const char *arg, unsigned *out, unsigned most) {
+    unsigned n = 0;
+    for (const char *c = arg; *c && n < most;) {
+        out[n++] = (unsigned)strtoul(c, (char **)&c, 10);
+        if (*c == ',') c++;
+        else break;
+    }
+    return n;
+}
+
 int main(int argc, char **argv) {
     int reps = argc > 1 ? atoi(argv[1]) : 20;
     if (reps > 255) reps = 255;
@@ -246,19 +262,26 @@ int main(int argc, char **argv) {
            " share = floor / row\n",
            reps);
     printf("# floor %.1f us (%.1f GB/s)\n", flo, TOTAL / flo / 1e3);
-    printf("%-7s %-6s %-7s %10s %7s\n", "workers", "slots", "caller", "median_us", "share");
+    printf("%-7s %-6s %-7s %10s %7s %9s %9s\n", "workers", "slots", "caller", "median_us", "share", "p10_us", "p90_us");
 
-    unsigned counts[] = {3, 4, 6, 8, 14};
-    unsigned ring[] = {0, 4, 2};
-    for (int pass = 0; pass < 2; pass++)
-        for (unsigned ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
-            unsigned T = counts[pass ? sizeof counts / sizeof counts[0] - 1 - ci : ci];
+    unsigned counts[8] = {3, 4, 6, 8, 14}, ncounts = 5;
+    unsigned ring[8] = {0, 4, 2}, nring = 3;
+    int passes = argc > 4 ? atoi(argv[4]) : 2;
+    if (argc > 2) ncounts = parse_list(argv[2], counts, 8);
+    if (argc > 3) nring = parse_list(argv[3], ring, 8);
+    for (unsigned i = 0; i < ncounts; i++)
+        if (counts[i] < 1 || counts[i] > MAXT) counts[i] = 4;
+    for (unsigned i = 0; i < nring; i++)
+        if (ring[i] > NCHUNKS) ring[i] = 4;
+    for (int pass = 0; pass < passes; pass++)
+        for (unsigned ci = 0; ci < ncounts; ci++) {
+            unsigned T = counts[pass % 2 ? ncounts - 1 - ci : ci];
             pthread_t th[MAXT];
             atomic_store(&quit, 0);
             atomic_store(&parked, 0);
             nthreads = T;
             for (unsigned i = 0; i < T; i++) pthread_create(&th[i], NULL, worker, NULL);
-            for (unsigned si = 0; si < sizeof ring / sizeof ring[0]; si++)
+            for (unsigned si = 0; si < nring; si++)
                 for (int caller = 0; caller < 2; caller++) {
                     slots = ring[si];
                     run_once(caller);
@@ -266,7 +289,8 @@ int main(int argc, char **argv) {
                     double m = median(t, reps);
                     char s[16];
                     snprintf(s, sizeof s, slots ? "%u" : "whole", slots);
-                    printf("%-7u %-6s %-7s %10.1f %7.3f\n", T, s, caller ? "copies" : "no", m, flo / m);
+                    printf("%-7u %-6s %-7s %10.1f %7.3f %9.1f %9.1f\n", T, s, caller ? "copies" : "no", m, flo / m,
+                           pct(t, reps, 10), pct(t, reps, 90));
                     fflush(stdout);
                 }
             atomic_store(&quit, 1);
