@@ -29,9 +29,9 @@
  * On H100 machines 8 slots were no faster, and holding a whole 64 MiB
  * upload in the stage took 0.765-0.791 of the floor against the ring's
  * 0.815-0.834, 0.581 from memory against 0.752 ("An upload that holds the
- * whole transfer is slower than the ring"); 2 slots took 0.718-0.750
- * against 4 slots' 0.736-0.768, four rounds on another ("Shallower rings
- * lose too"). */
+ * whole transfer is slower than the ring"). On another H100, 2 slots took
+ * 0.718-0.750 of the floor against 4 slots' 0.736-0.768 in four rounds
+ * ("Shallower rings lose too"). */
 #define PS_ENGINE_SLOTS 4
 #define PS_ENGINE_MAX_CHUNK ((size_t)8 << 20)
 #define PS_ENGINE_D2H_SLOTS 8
