@@ -10,11 +10,6 @@
 
 /* Transfers in a window: the unit every decision is made on. */
 #define WINDOW 8u
-/* Mean use below IDLE: try fewer threads, enough for TARGET (at most half
- * as many at a step); above BUSY: up to half as many more. */
-#define IDLE 0.5
-#define TARGET 0.65
-#define BUSY 0.8
 /* A cut is kept while its window's median time is within SLOWER of a
  * window at the profile's count run right after it: the same source, the
  * same neighbours. Against a reference measured once, early in the process,
@@ -127,17 +122,17 @@ static void decide(class_state *c, unsigned used, double use, double median_ns) 
         }
         break;
     }
-    if (use < IDLE && c->count > c->floor) {
-        /* Enough threads for TARGET at the use measured, at most halving
-         * (the copy speeds up per thread as threads drop). */
-        unsigned want = (unsigned)((double)used * use / TARGET) + 1;
+    if (use < PS_GOVERNOR_IDLE && c->count > c->floor) {
+        /* Enough threads for the target use at the use measured, at most
+         * halving (the copy speeds up per thread as threads drop). */
+        unsigned want = (unsigned)((double)used * use / PS_GOVERNOR_TARGET) + 1;
         if (want < (c->count + 1) / 2) want = (c->count + 1) / 2;
         if (want < c->floor) want = c->floor;
         if (want < c->count) {
             c->previous = c->count;
             decide_count(c, want);
         }
-    } else if (use > BUSY && used >= c->count && c->count < c->most) {
+    } else if (use > PS_GOVERNOR_BUSY && used >= c->count && c->count < c->most) {
         /* Copy-bound with every thread asked for: more. With fewer than
          * asked (the pool was shared) more would not come. */
         unsigned want = c->count + (c->count + 1) / 2;

@@ -33,6 +33,14 @@
 /* Transfers this large or larger are governed. */
 #define PS_GOVERNED_MIN ((size_t)16 << 20)
 
+/* A window's mean use below PS_GOVERNOR_IDLE: fewer threads, enough for
+ * PS_GOVERNOR_TARGET (at most half as many at a step); above
+ * PS_GOVERNOR_BUSY: up to half as many more; between them the count holds.
+ * Here and not in governor.c so that the tests follow them. */
+#define PS_GOVERNOR_IDLE 0.5
+#define PS_GOVERNOR_TARGET 0.65
+#define PS_GOVERNOR_BUSY 0.8
+
 /* The threads (the caller included) the next transfer of `bytes` gets, at
  * most `most` (the profile's count, or the pool's workers and the caller). */
 unsigned ps_governor_threads(ps_direction dir, size_t bytes, unsigned most);

@@ -18,6 +18,13 @@
 #define M ((size_t)1 << 20)
 #define WALL 1000000ull /* 1 ms */
 #define WINDOW 8 /* transfers per decision, as governor.c */
+/* Uses inside the band where the count holds, and above it: the idle uses
+ * below (0.05-0.3) are under PS_GOVERNOR_IDLE, and the cuts they make are
+ * bounded by halving, not by the target. */
+#define IN_BAND_LOW (PS_GOVERNOR_IDLE + 0.05)
+#define IN_BAND_MID ((PS_GOVERNOR_IDLE + PS_GOVERNOR_BUSY) / 2)
+#define IN_BAND_HIGH (PS_GOVERNOR_BUSY - 0.05)
+#define COPY_BOUND ((PS_GOVERNOR_BUSY + 1) / 2)
 
 static unsigned no_load(void) { return 1; }
 
@@ -67,7 +74,7 @@ static void trial(size_t bytes, unsigned count, uint64_t wall, uint64_t control)
 static void idle_threads_are_cut_down_to_two(void) {
     size_t bytes = 64 * M;
     start(bytes, 0.3);
-    /* Enough for 0.65 would be 7, but a step at most halves. */
+    /* Enough for the target would be 7 or fewer, but a step at most halves. */
     CHECK_EQ(now_for(bytes), 8);
     ps_governor_record(PS_H2D, bytes, 8, 8, (uint64_t)(0.3 * 8 * WALL), WALL);
     CHECK_EQ(now_for(bytes), 8); /* one transfer is not a window */
@@ -124,14 +131,14 @@ static void the_count_in_force_is_judged_again(void) {
     size_t bytes = 64 * M;
     start(bytes, 0.3);
     trial(bytes, 8, WALL, WALL);
-    record(bytes, 8, 8, 0.6, WALL, 62); /* held: use in the band */
+    record(bytes, 8, 8, IN_BAND_MID, WALL, 62); /* held: use in the band */
     CHECK_EQ(now_for(bytes), 8);
     /* The 64th window, judged against one at 15 that is twice as fast (the
      * source moved into a cache, say): back to 15, and no cut until the
      * next check. */
-    record(bytes, 8, 8, 0.6, WALL, 1);
+    record(bytes, 8, 8, IN_BAND_MID, WALL, 1);
     CHECK_EQ(now_for(bytes), 15);
-    record(bytes, 15, 15, 0.6, WALL / 2, 1);
+    record(bytes, 15, 15, IN_BAND_MID, WALL / 2, 1);
     CHECK_EQ(now_for(bytes), 15);
     CHECK_EQ(threads_of(PS_H2D, bytes), 15);
     record(bytes, 15, 15, 0.1, WALL / 2, 63);
@@ -150,15 +157,15 @@ static void busy_threads_are_added_up_to_the_cap(void) {
     trial(bytes, 4, WALL, WALL);
     CHECK_EQ(now_for(bytes), 4);
     /* Raised without a trial: a copy-bound count only gains. */
-    record(bytes, 4, 4, 0.9, WALL, 1);
+    record(bytes, 4, 4, COPY_BOUND, WALL, 1);
     CHECK_EQ(now_for(bytes), 6);
-    record(bytes, 6, 6, 0.9, WALL, 1);
+    record(bytes, 6, 6, COPY_BOUND, WALL, 1);
     CHECK_EQ(now_for(bytes), 9);
-    record(bytes, 9, 9, 0.9, WALL, 1);
+    record(bytes, 9, 9, COPY_BOUND, WALL, 1);
     CHECK_EQ(now_for(bytes), 14);
-    record(bytes, 14, 14, 0.9, WALL, 1);
+    record(bytes, 14, 14, COPY_BOUND, WALL, 1);
     CHECK_EQ(now_for(bytes), 15);
-    record(bytes, 15, 15, 0.95, WALL, 4);
+    record(bytes, 15, 15, 0.99, WALL, 4);
     CHECK_EQ(now_for(bytes), 15);
 }
 
@@ -167,8 +174,8 @@ static void a_use_in_the_band_holds_the_count(void) {
     start(bytes, 0.3);
     trial(bytes, 8, WALL, WALL);
     uint64_t changes = changes_of(bytes);
-    record(bytes, 8, 8, 0.55, WALL, 20);
-    record(bytes, 8, 8, 0.75, WALL, 20);
+    record(bytes, 8, 8, IN_BAND_LOW, WALL, 20);
+    record(bytes, 8, 8, IN_BAND_HIGH, WALL, 20);
     CHECK_EQ(now_for(bytes), 8);
     CHECK_EQ(changes_of(bytes), changes);
 }
@@ -182,9 +189,10 @@ static void samples_of_another_count_do_not_count(void) {
     CHECK_EQ(now_for(bytes), 8);
     trial(bytes, 8, WALL, WALL);
     /* Copy-bound, but with fewer seats than asked: more would not come. */
-    record(bytes, 8, 5, 0.95, WALL, 10);
+    record(bytes, 8, 5, 0.99, WALL, 10);
     CHECK_EQ(now_for(bytes), 8);
-    /* Waiting, with fewer seats than asked: enough for 0.65 of what ran. */
+    /* Waiting, with fewer seats than asked: enough for the target use of
+     * what ran (2 or 3), but a step at most halves. */
     record(bytes, 8, 5, 0.2, WALL, 1);
     CHECK_EQ(now_for(bytes), 4);
 }
@@ -336,6 +344,9 @@ static void a_buffer_with_slow_dma_needs_two_threads(void) {
 int main(void) {
     test_setup();
     pinstage_emu_live before = live_now();
+    /* The idle uses here (at most 0.3) and the copy-bound ones (0.99) lie
+     * outside the band governor.h sets. */
+    REQUIRE(PS_GOVERNOR_IDLE > 0.3 && PS_GOVERNOR_BUSY < 0.95 && PS_GOVERNOR_TARGET > PS_GOVERNOR_IDLE);
     RUN(idle_threads_are_cut_down_to_two);
     RUN(a_cut_that_costs_time_is_undone);
     RUN(the_count_in_force_is_judged_again);
