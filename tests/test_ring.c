@@ -92,6 +92,13 @@ static void fill_with_pattern(void *dst, size_t n, void *user) {
     f->calls++;
 }
 
+/* Emulated latency per operation for the tests that assert a slot was still
+ * busy when the next call asked: delay_stream's three operations keep it
+ * busy 150 ms. At 5 ms (15 ms in all) a ThreadSanitizer run on a 2-CPU
+ * machine busy with another test suite once stalled the test thread longer,
+ * the copy landed first and no wait was counted. */
+#define HELD_LATENCY_US 50000
+
 /* Keeps `stream` busy for a while (device work), so what is queued next
  * stays in flight. */
 static void delay_stream(CUstream stream) {
@@ -223,7 +230,7 @@ static void a_slot_changes_direction_only_after_its_copy(void) {
 /* An upload on stream a, then an upload on stream b into the same slot. */
 static void cross_stream_uploads_wait_for_the_other_stream(void) {
     size_t bytes = 512 * K;
-    if (emu) emu->set_timing(5000, 2);
+    if (emu) emu->set_timing(HELD_LATENCY_US, 2);
     pinstage_ring *ring = make_ring(1, 0);
     pinstage_devbuf *x = device_u8(bytes), *y = device_u8(bytes);
     unsigned char *first = source_for(bytes, 2300), *second = source_for(bytes, 2301);
@@ -268,7 +275,7 @@ static void copies_are_ordered_after_queued_work_on_every_stream_kind(void) {
 
 static void a_nonblocking_ring_refuses_instead_of_waiting(void) {
     size_t bytes = 128 * K;
-    if (emu) emu->set_timing(6000, 2);
+    if (emu) emu->set_timing(HELD_LATENCY_US, 2);
     pinstage_ring *ring = make_ring(1, PINSTAGE_RING_NONBLOCKING);
     pinstage_devbuf *x = device_u8(bytes), *y = device_u8(bytes);
     pattern_fill f = {2500, 0};
