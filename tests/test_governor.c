@@ -192,7 +192,7 @@ static void samples_of_another_count_do_not_count(void) {
     record(bytes, 8, 5, 0.99, WALL, 10);
     CHECK_EQ(now_for(bytes), 8);
     /* Waiting, with fewer seats than asked: enough for the target use of
-     * what ran (2 or 3), but a step at most halves. */
+     * what ran would be 2, but a step at most halves. */
     record(bytes, 8, 5, 0.2, WALL, 1);
     CHECK_EQ(now_for(bytes), 4);
 }
