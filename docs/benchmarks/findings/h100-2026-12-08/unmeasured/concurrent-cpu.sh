@@ -5,8 +5,8 @@
 # (pool0: each caller copies alone) and with workers that park at once after a transfer (spin0),
 # the tree with caller-nap.patch (nap: beside other transfers, a caller with nothing to copy
 # naps after 20 us of waiting instead of spinning) and with seated-nap.patch too (nap2: so do the
-# workers seated in its job). Two passes, the second in reverse order. Prepared, not run. From the
-# repository root, about 5 minutes; output $OUT/concurrent-cpu.tgz.
+# workers seated in its job). Two passes, the second in reverse order. Prepared, not run on a GPU
+# (283 s on the emulated driver). From the repository root; output $OUT/concurrent-cpu.tgz.
 set -u
 t0=$(date +%s)
 r=/tmp/concurrent-cpu; rm -rf $r; mkdir -p $r
