@@ -48,7 +48,7 @@ pack
 tail -25 /tmp/govtarget/gpu-check-g80.log
 echo "gpu-check done +$(( $(date +%s) - t0 ))s" >> $r/machine.txt
 # On an H200 only (where the targets are judged): the conditions run of the g80 tree and PyTorch in
-# fresh processes beside it, as the run of 87c99b0 (h200-2026-12-07/run.sh). About 3.5 minutes.
+# fresh processes beside it, as the run of 87c99b0 (h200-2026-12-07/run.sh; 212 s there).
 case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in
 *H200*)
   /tmp/t-g80/build-gpu/tools/pinstage-bench --quiet --conditions --processes 10 -o $r/conditions-g80.txt --json $r/conditions-g80.json
